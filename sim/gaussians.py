@@ -240,4 +240,3 @@ def rgb_to_sh0(rgb):
 
 def sh0_to_rgb(f):
     return 0.5 + SH_C0 * f
-
