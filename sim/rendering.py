@@ -122,6 +122,7 @@ def render(
         from sim.raster_gsplat import render_gsplat
 
         rgb, alpha, depth = render_gsplat(scenes, viewmats, Ks, width, height, near_plane, far_plane)
+    rgb = rgb.clamp_(0.0, 1.0)  # SH colours may exceed 1; the contract is [0, 1]
     if not batched:
         rgb, alpha, depth = rgb[0], alpha[0], depth[0]
     return RenderOutput(rgb, alpha, depth)
