@@ -98,7 +98,10 @@ class GaussianCloud:
                 raise ValueError(f"GaussianCloud.{name}: expected shape {shape}, got {tuple(t.shape)}")
         if self.sh.ndim != 3 or self.sh.shape[0] != n or self.sh.shape[2] != 3:
             raise ValueError(f"GaussianCloud.sh: expected [N={n}, K, 3], got {tuple(self.sh.shape)}")
-        sh_degree_from_bases(self.sh.shape[1])
+        try:
+            sh_degree_from_bases(self.sh.shape[1])
+        except ValueError as e:
+            raise ValueError(f"GaussianCloud.sh: {e}") from None
         for name in ("means", "quats", "scales", "opacities", "sh"):
             t = getattr(self, name)
             if t.dtype != torch.float32:
