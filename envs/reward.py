@@ -1,0 +1,69 @@
+"""RAD's rewards: four failure events, each -1 and each ending the episode at once.
+
+| event              | trigger                                                     | part         |
+|--------------------|-------------------------------------------------------------|--------------|
+| dynamic_collision  | ego box overlaps an agent box                               | longitudinal |
+| static_collision   | ego box holds >= N static Gaussians, or hits a static box   | lateral      |
+| position_deviation | distance to the expert path > 2.0 m                         | lateral      |
+| heading_deviation  | heading error to the matched expert pose > 40 deg           | lateral      |
+
+The reward is the sum of the named terms (``info["reward_terms"]``); the PPO learner takes the
+two parts apart (``info["reward_parts"]`` = [lateral, longitudinal]) for its per-part GAE. When
+events coincide in one step each counts; ``info["event"]`` names the first in the order above
+(the metrics count a clip's first failure only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+EVENTS = ("dynamic_collision", "static_collision", "position_deviation", "heading_deviation")
+PARTS = ("lateral", "longitudinal")
+EVENT_PART = {
+    "dynamic_collision": "longitudinal",
+    "static_collision": "lateral",
+    "position_deviation": "lateral",
+    "heading_deviation": "lateral",
+}
+EVENT_REWARD = -1.0
+
+
+def detect_events(
+    dynamic_collision: bool,
+    static_collision: bool,
+    path_distance: float,
+    heading_error: float,
+    position_threshold: float = 2.0,
+    heading_threshold: float = np.deg2rad(40.0),
+) -> dict[str, bool]:
+    """Which events happened. path_distance: metres to the expert path; heading_error: radians
+    (absolute value used) to the matched expert pose; thresholds strict (> ends the episode)."""
+    return {
+        "dynamic_collision": bool(dynamic_collision),
+        "static_collision": bool(static_collision),
+        "position_deviation": bool(path_distance > position_threshold),
+        "heading_deviation": bool(abs(heading_error) > heading_threshold),
+    }
+
+
+def reward_terms(events: Mapping[str, bool]) -> dict[str, float]:
+    """Named reward terms: -1.0 for each event that happened, 0.0 otherwise."""
+    return {e: (EVENT_REWARD if events.get(e, False) else 0.0) for e in EVENTS}
+
+
+def reward_parts(terms: Mapping[str, float]) -> np.ndarray:
+    """[2] float32 (lateral, longitudinal): the terms summed per part."""
+    out = np.zeros(2, dtype=np.float32)
+    for e, v in terms.items():
+        out[PARTS.index(EVENT_PART[e])] += v
+    return out
+
+
+def first_event(events: Mapping[str, bool]) -> str:
+    """The event that names the failure ('' when none), by the order of EVENTS."""
+    for e in EVENTS:
+        if events.get(e, False):
+            return e
+    return ""
