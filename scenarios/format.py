@@ -16,6 +16,10 @@ import numpy as np
 
 FORMAT_VERSION = 1
 AGENT_TYPES = ("vehicle", "pedestrian", "cyclist")
+DEFAULT_DT = 0.1  # s, RAD's 10 Hz
+DEFAULT_HORIZON = 80  # steps: RAD's 8 s clips
+DEFAULT_RENDER_DISTANCE = 200.0  # metres
+LABEL_STEPS = 5  # 0.5 s at 10 Hz: the expert's IL label at step k looks at step k + 5
 KINDS = ("lane_keep_straight", "lane_keep_curve", "lead_vehicle", "cut_in", "parked_obstacle", "crossing", "merge")
 
 
@@ -42,6 +46,17 @@ class MapData:
                 return ln
         raise KeyError(lane_id)
 
+    def route_polyline(self, route) -> np.ndarray:
+        """The centre lines of ``route`` (lane ids in order) joined into one polyline [M, 2]
+        (a vertex shared by consecutive lanes appears once)."""
+        parts = []
+        for i, lane_id in enumerate(route):
+            c = np.asarray(self.lane(lane_id).centerline, dtype=np.float64)
+            if i and np.allclose(c[0], parts[-1][-1]):
+                c = c[1:]
+            parts.append(c)
+        return np.concatenate(parts, axis=0)
+
 
 @dataclass(frozen=True)
 class EgoSpec:
@@ -62,6 +77,24 @@ class Track:
     t: np.ndarray
     poses: np.ndarray
     speed: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.t)
+
+    @property
+    def xy(self) -> np.ndarray:
+        """[T, 2] world xy of the rear-axle centre."""
+        return np.asarray(self.poses)[:, :2]
+
+    @property
+    def yaw(self) -> np.ndarray:
+        """[T] radians."""
+        return np.asarray(self.poses)[:, 3]
+
+    def states(self) -> np.ndarray:
+        """[T, 4] (x, y, yaw, v): the ``sim.dynamics`` state of the ego at each logged time."""
+        p = np.asarray(self.poses, dtype=np.float64)
+        return np.stack([p[:, 0], p[:, 1], p[:, 3], np.asarray(self.speed, dtype=np.float64)], axis=1)
 
 
 @dataclass(frozen=True)
@@ -102,6 +135,11 @@ class RigSpec:
 
 @dataclass(frozen=True)
 class Scenario:
+    """One scenario. Time step k (0..horizon) is time ``expert.t[0] + k * dt``; the env starts at
+    step 0 on the expert's pose and runs at most ``horizon`` steps. Agents have one pose per step
+    0..horizon (``horizon + 1``); the expert track has at least ``horizon + 1`` poses (generated
+    ones have ``horizon + 1 + LABEL_STEPS`` so that a 0.5 s label exists at every step)."""
+
     id: str
     dt: float
     horizon: int  # steps; the expert track has at least horizon + 1 poses
@@ -113,5 +151,39 @@ class Scenario:
     agents: tuple[Agent, ...] = ()
     static_obstacles: tuple[StaticObstacle, ...] = ()
     rig: RigSpec = field(default_factory=RigSpec)
-    tags: dict[str, str] = field(default_factory=dict)
+    tags: dict[str, str | int | float | bool] = field(default_factory=dict)  # kind, difficulty, seed, suite
     path: Path | None = None  # the file it was loaded from
+    render_distance: float = DEFAULT_RENDER_DISTANCE  # metres: the renderer's far plane
+
+    @property
+    def kind(self) -> str | None:
+        k = self.tags.get("kind")
+        return None if k is None else str(k)
+
+    def agent_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """All agents stacked: (poses [N, horizon + 1, 4], sizes [N, 3], present [N, horizon + 1] bool)."""
+        n, T = len(self.agents), self.horizon + 1
+        if n == 0:
+            return np.zeros((0, T, 4)), np.zeros((0, 3)), np.zeros((0, T), dtype=bool)
+        return (
+            np.stack([a.poses for a in self.agents]).astype(np.float64),
+            np.stack([a.size for a in self.agents]).astype(np.float64),
+            np.stack([a.present for a in self.agents]).astype(bool),
+        )
+
+    def obstacle_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """Static obstacles stacked: (poses [K, 4], sizes [K, 3])."""
+        if not self.static_obstacles:
+            return np.zeros((0, 4)), np.zeros((0, 3))
+        return (
+            np.stack([o.pose for o in self.static_obstacles]).astype(np.float64),
+            np.stack([o.size for o in self.static_obstacles]).astype(np.float64),
+        )
+
+    def load_scene(self):
+        """The ``sim.Scene`` of this scenario: background and assets loaded from the PLYs (each file
+        once per process, assets shared by name), agents with an asset as ActorTracks over steps
+        0..horizon. See :func:`scenarios.scene.load_scene`."""
+        from scenarios.scene import load_scene
+
+        return load_scene(self)
