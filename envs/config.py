@@ -89,8 +89,8 @@ class EnvConfig:
     # -- render_mode="rgb_array" -----------------------------------------------------------------
     bev_pixels: int = 256
     """Side of the bird's-eye view, pixels."""
-    bev_range: float = 40.0
-    """Half side of the bird's-eye view, metres (ego at the centre, heading up)."""
+    bev_range: float = 30.0
+    """Half side of the bird's-eye view, metres (heading up)."""
 
     def __post_init__(self):
         def bad(field: str, want: str):

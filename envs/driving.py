@@ -1,0 +1,456 @@
+"""``SplatDrive-v0``: closed-loop driving in a 3DGS digital twin, as RAD trains it.
+
+One episode is one scenario (a logged clip): the ego starts on the expert's first pose and speed,
+other traffic is log-replayed, and each step the agent picks an anchor (``envs.actions``): the ego
+drives the arc to it (``sim.dynamics.anchor_to_controls``) for one step of the bicycle model
+(``bicycle_step``) and re-plans. RAD's four failure events end the episode with -1
+(``envs.reward``); reaching the clip's end truncates it.
+
+Observation: ``envs.observation``. Info at every reset and step:
+
+- ``scenario`` (id), ``step`` (0..horizon), ``expert_action`` int64 [2]: the expert's IL label
+  (lateral index, longitudinal index) for the observation returned with it, i.e. for the next
+  action (the nearest feasible bins to ``scenarios.expert.expert_displacements`` at this step);
+- ``path_distance`` (m to the expert path), ``heading_error`` (rad, ego yaw minus the matched
+  expert yaw, wrapped);
+- at reset: ``action_mask`` bool [n_long, n_lat] (also ``env.action_mask``);
+- at a step: ``reward_terms`` (dict of the named terms), ``reward_parts`` float32 [2] (lateral,
+  longitudinal), ``event`` ('' or the first event's name), ``collision_location`` ('' or
+  where on the ego box: front, rear, left, right, front_left, ..., see :func:`location_name`), ``collision_point``
+  float32 [2] (ego box frame: x forward from the box centre, y left; NaN without a collision),
+  ``collision_with`` ('' or an agent id, an obstacle id, or 'static_gaussians'),
+  ``static_gaussians`` (count in the raised ego box), ``action_applied`` int64 [2] and
+  ``action_projected`` (True when the lateral bin was moved to the nearest feasible one);
+- ``error``: only when the scenario failed (an exception in reset or step); that episode is then
+  truncated, and the scenario is charged (quarantined after ``quarantine_after`` failures).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from envs.actions import ActionSpec, project_feasible
+from envs.config import EnvConfig
+from envs.observation import agent_features, map_features, observation_space, to_ego
+from envs.reward import detect_events, first_event, reward_parts, reward_terms
+from envs.suite import ScenarioPool, resolve_scenarios
+
+log = logging.getLogger("envs")
+
+ANCHOR_HORIZON = 0.5  # s: the anchor is the displacement after 0.5 s (RAD)
+
+
+def check_action(action, spec: ActionSpec, where: str = "DrivingEnv.step") -> tuple[int, int]:
+    """(lateral index, longitudinal index) from an action, or a ValueError saying what is wrong."""
+    a = np.asarray(action)
+    if a.shape != (2,):
+        raise ValueError(f"{where}: action must be 2 integers (lateral index, longitudinal index), got shape {a.shape}")
+    if a.dtype == bool or not (np.issubdtype(a.dtype, np.integer) or np.issubdtype(a.dtype, np.floating)):
+        raise ValueError(f"{where}: action must be integers, got dtype {a.dtype}")
+    if np.issubdtype(a.dtype, np.floating) and not (np.isfinite(a).all() and (a == np.round(a)).all()):
+        raise ValueError(f"{where}: action must be whole bin indices, got {a.tolist()}")
+    lat, lon = int(a[0]), int(a[1])
+    if not (0 <= lat < spec.n_lat and 0 <= lon < spec.n_long):
+        raise ValueError(
+            f"{where}: action {[lat, lon]} out of range: lateral index in [0, {spec.n_lat}), "
+            f"longitudinal index in [0, {spec.n_long})"
+        )
+    return lat, lon
+
+
+def advance(states: np.ndarray, lat_m: np.ndarray, long_m: np.ndarray, dts, wheelbases) -> tuple[np.ndarray, ...]:
+    """One step of B egos toward their anchors: (new states [B, 4], accel [B], steer [B]).
+
+    states: [B, 4] (x, y, yaw, v); lat_m, long_m: [B] anchors (m, ego frame); dts, wheelbases: [B].
+    Egos sharing (dt, wheelbase) -- usually all -- go through one vectorised call.
+    """
+    from sim.dynamics import anchor_to_controls, bicycle_step
+
+    B = len(states)
+    new = np.empty((B, 4))
+    accel = np.empty(B)
+    steer = np.empty(B)
+    keys = list(zip(np.asarray(dts, dtype=np.float64).tolist(), np.asarray(wheelbases, dtype=np.float64).tolist()))
+    for dt, wb in sorted(set(keys)):
+        idx = np.array([i for i, k in enumerate(keys) if k == (dt, wb)])
+        a, s = anchor_to_controls(states[idx, 3], lat_m[idx], long_m[idx], ANCHOR_HORIZON, wb)
+        new[idx] = bicycle_step(states[idx], a, s, dt, wb)
+        accel[idx], steer[idx] = a, s
+    return new, accel, steer
+
+
+class DrivingEnv(gym.Env):
+    """RAD's closed-loop driving env over a suite of scenarios (see the module docstring).
+
+    config: a dict of overrides of :class:`envs.config.EnvConfig` (unknown keys are errors) or an
+    EnvConfig; scenarios: a suite name, folder, scenario file, Scenario or list of them (default:
+    ``config["suite"]``); skip_broken: overrides ``config["skip_broken"]``. Reset picks a scenario
+    uniformly at random with the env's seeded generator, or ``options={"scenario": id_or_index}``.
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["rgb_array"], "render_fps": 10}
+
+    def __init__(
+        self,
+        config: dict[str, Any] | EnvConfig | None = None,
+        render_mode: str | None = None,
+        scenarios=None,
+        *,
+        skip_broken: bool | None = None,
+        pool: ScenarioPool | None = None,
+    ):
+        cfg = EnvConfig.from_dict(config)
+        if skip_broken is not None:
+            cfg = dataclasses.replace(cfg, skip_broken=bool(skip_broken))
+        if pool is None:
+            source = scenarios if scenarios is not None else cfg.suite
+            pool = ScenarioPool(resolve_scenarios(source, cfg.skip_broken), cfg)
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode must be None or one of {self.metadata['render_modes']}, got {render_mode!r}")
+        self.config = cfg
+        self.pool = pool
+        self.render_mode = render_mode
+        self.action_spec = cfg.action_spec
+        self.action_space = spaces.MultiDiscrete([self.action_spec.n_lat, self.action_spec.n_long])
+        self.action_mask = self.action_spec.mask  # [n_long, n_lat] bool, read-only
+        from sim.camera import make_rig
+
+        rig_name, width, height = pool.rig_spec()
+        self.rig = make_rig(rig_name, width, height)
+        self._Ks = self.rig.Ks()  # [C, 3, 3]
+        self.observation_space = observation_space(cfg, len(self.rig), width, height)
+        self._heading_threshold = math.radians(cfg.heading_threshold_deg)
+        self._seeded = False
+        self._active = False  # an episode is running
+        self._data = None
+        self._obs: dict[str, np.ndarray] | None = None
+
+    @staticmethod
+    def default_config() -> dict[str, Any]:
+        return EnvConfig().to_dict()
+
+    @property
+    def quarantined(self) -> list[str]:
+        """Scenario ids no longer sampled after repeated failures."""
+        return self.pool.quarantined
+
+    @property
+    def scenario(self):
+        """The current episode's Scenario (None before the first reset)."""
+        return None if self._data is None else self._data.scenario
+
+    # -- gymnasium API ---------------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        if seed is None and not self._seeded and self.config.seed is not None:
+            seed = self.config.seed
+        super().reset(seed=seed)
+        self._seeded = True
+        info = self._reset_state(options)
+        errors = []
+        while True:  # a scene that fails to render is charged like one that fails to load
+            try:
+                request = self._camera_request()
+                if request is not None:
+                    self._set_cameras(self._render_one(*request))
+                break
+            except Exception as e:
+                msg = self.pool.record_failure(self._k, e)
+                if options and options.get("scenario") is not None:
+                    raise RuntimeError(f"DrivingEnv.reset: {msg}") from e
+                errors.append(msg)
+                info = self._reset_state(None)
+        if errors:
+            info["error"] = " | ".join(errors + ([info["error"]] if "error" in info else []))
+        return self._obs, info
+
+    def step(self, action):
+        if not self._active:
+            raise RuntimeError("DrivingEnv.step: no episode is running; call reset() first")
+        lat_i, long_i = check_action(action, self.action_spec)
+        try:
+            lat_p, projected = project_feasible(lat_i, long_i, self.action_spec)
+            lat_m, long_m = float(self.action_spec.lateral[lat_p]), float(self.action_spec.longitudinal[long_i])
+            d = self._data
+            new, accel, steer = advance(self._state[None], np.array([lat_m]), np.array([long_m]), [d.dt], [d.wheelbase])
+            reward, terminated, truncated, info = self._after_dynamics(
+                new[0], float(accel[0]), float(steer[0]), lat_m, long_m, (int(lat_p), long_i), bool(projected)
+            )
+            request = self._camera_request()
+            if request is not None:
+                self._set_cameras(self._render_one(*request))
+        except Exception as e:  # the scenario broke: end its episode, keep the process going
+            return self._fail_step(e)
+        return self._obs, reward, terminated, truncated, info
+
+    def render(self):
+        if self.render_mode != "rgb_array":
+            return None
+        if self._data is None:
+            raise RuntimeError("DrivingEnv.render: call reset() first")
+        from envs.bev import compose_frame
+
+        cams = self._obs.get("cameras") if self._obs is not None else None
+        if cams is None:
+            request = self._camera_request(force=True)
+            cams = self._render_one(*request)
+        return compose_frame(self, cams)
+
+    def close(self):
+        self._active = False
+
+    # -- episode state ---------------------------------------------------------------------------
+    def _reset_state(self, options: dict | None) -> dict:
+        """Pick a scenario and put the ego on its start; returns the reset info. A scenario that
+        fails to start is charged and another is drawn (one asked for by name raises instead)."""
+        options = dict(options or {})
+        unknown = set(options) - {"scenario"}
+        if unknown:
+            raise ValueError(f"DrivingEnv.reset: unknown options {sorted(unknown)}; known: scenario")
+        errors = []
+        while True:
+            asked = "scenario" in options and options["scenario"] is not None
+            k = self.pool.index_of(options["scenario"]) if asked else self.pool.sample(self.np_random)
+            try:
+                self._start(k)
+                break
+            except Exception as e:
+                msg = self.pool.record_failure(k, e)
+                if asked:
+                    raise RuntimeError(f"DrivingEnv.reset: {msg}") from e
+                errors.append(msg)
+        info = self._info_common()
+        info["action_mask"] = self.action_mask
+        if errors:
+            info["error"] = " | ".join(errors)
+        return info
+
+    def _start(self, k: int) -> None:
+        cfg = self.config
+        self._active = False
+        d = self.pool.data(k)
+        self._k, self._data = k, d
+        need_scene = cfg.cameras or cfg.static_gaussians or self.render_mode is not None
+        self._scene = d.load_scene() if need_scene else None
+        self._static = None
+        if cfg.static_gaussians:
+            from sim.collision import StaticIndex
+
+            bg = self._scene.background
+            self._static = StaticIndex.from_cloud(bg, opacity_threshold=cfg.static_opacity_threshold)
+        self._t = 0
+        self._state = d.start_state.copy()
+        self._accel = self._steer = self._yaw_rate = 0.0
+        self._last_event = ""
+        self._last = (0.0, float(d.start_state[3]) * ANCHOR_HORIZON)  # the anchor that holds the speed
+        self._measure()
+        self._obs = self._observe()
+        self._active = True
+
+    def _measure(self) -> None:
+        """Path distance, arclength, heading error and ground height at the current state."""
+        dist, s, yaw, z = self._data.project(self._state[:2])
+        self._dist, self._s, self._z = dist, s, z
+        self._heading_err = float((self._state[2] - yaw + math.pi) % (2 * math.pi) - math.pi)
+
+    def _after_dynamics(self, new, accel, steer, lat_m, long_m, applied, projected):
+        """Advance the episode to the new ego state; events, reward, observation (cameras apart)."""
+        d, cfg = self._data, self.config
+        old = self._state
+        dyaw = (new[2] - old[2] + math.pi) % (2 * math.pi) - math.pi
+        self._yaw_rate = float(dyaw / d.dt)
+        self._accel = float((new[3] - old[3]) / d.dt)
+        self._steer = float(steer)
+        self._last = (lat_m, long_m)
+        self._state = np.asarray(new, dtype=np.float64)
+        self._t += 1
+        self._measure()
+        hit = self._collisions()
+        events = detect_events(
+            hit["dynamic"],
+            hit["static"],
+            self._dist,
+            self._heading_err,
+            cfg.position_threshold,
+            self._heading_threshold,
+        )
+        terms = reward_terms(events)
+        terminated = any(events.values())
+        truncated = (not terminated) and self._t >= d.horizon
+        self._active = not (terminated or truncated)
+        self._last_event = first_event(events)
+        self._obs = self._observe()
+        info = self._info_common()
+        info.update(
+            reward_terms=terms,
+            reward_parts=reward_parts(terms),
+            event=self._last_event,
+            collision_location=hit["location"],
+            collision_point=hit["point"],
+            collision_with=hit["with"],
+            static_gaussians=hit["count"],
+            action_applied=np.array(applied, dtype=np.int64),
+            action_projected=projected,
+        )
+        return float(sum(terms.values())), terminated, truncated, info
+
+    def _fail_step(self, e: Exception):
+        msg = self.pool.record_failure(self._k, e)
+        self._active = False
+        obs = self._obs if self._obs is not None else self.observation_space.sample()
+        info = {"scenario": self._data.id if self._data is not None else "", "error": msg}
+        return obs, 0.0, False, True, info
+
+    def _info_common(self) -> dict:
+        d = self._data
+        return {
+            "scenario": d.id,
+            "step": self._t,
+            "expert_action": d.expert_action[min(self._t, d.horizon)].copy(),
+            "path_distance": self._dist,
+            "heading_error": self._heading_err,
+        }
+
+    # -- geometry --------------------------------------------------------------------------------
+    def ego_box(self) -> tuple[np.ndarray, float, np.ndarray]:
+        """(centre xy [2], yaw, size [3] length, width, height) of the ego box now (world)."""
+        d = self._data
+        yaw = float(self._state[2])
+        c = self._state[:2] + d.center_offset * np.array([math.cos(yaw), math.sin(yaw)])
+        return c, yaw, d.ego_size
+
+    def _collisions(self) -> dict:
+        """Ego box against the agents (dynamic), the obstacle boxes and the static Gaussians (static)."""
+        from sim.geometry import boxes_overlap
+
+        d, cfg, t = self._data, self.config, self._t
+        c, yaw, size = self.ego_box()
+        out = {"dynamic": False, "static": False, "location": "", "point": np.full(2, np.nan, np.float32)}
+        out.update({"with": "", "count": 0})
+        idx = np.flatnonzero(d.agent_present[t])
+        if len(idx):
+            ov = boxes_overlap(c, yaw, size[:2], d.agent_xy[t, idx], d.agent_yaw[t, idx], d.agent_size[idx, :2])
+            if ov.any():
+                j = idx[np.flatnonzero(ov)[0]]
+                p = contact_point(c, yaw, size[:2], d.agent_xy[t, j], d.agent_yaw[t, j], d.agent_size[j, :2])
+                out.update(dynamic=True, point=p, **{"with": d.agent_ids[j]})
+        if cfg.static_obstacle_boxes and len(d.obstacle_pose):
+            o = d.obstacle_pose
+            ov = boxes_overlap(c, yaw, size[:2], o[:, :2], o[:, 3], d.obstacle_size[:, :2])
+            if ov.any():
+                j = int(np.flatnonzero(ov)[0])
+                out["static"] = True
+                if not out["dynamic"]:
+                    p = contact_point(c, yaw, size[:2], o[j, :2], o[j, 3], d.obstacle_size[j, :2])
+                    out.update(point=p, **{"with": d.obstacle_ids[j]})
+        if self._static is not None:
+            lift = cfg.static_lift
+            bottom = np.array([[c[0], c[1], self._z + lift]])
+            box = np.array([[size[0], size[1], max(size[2] - lift, 0.0)]])
+            counts, means = self._static.hits_in_boxes(bottom, box, np.array([yaw]))
+            n = int(counts[0])
+            out["count"] = n
+            if n >= cfg.static_min_gaussians:
+                if not out["dynamic"] and not out["static"]:
+                    out.update(point=means[0, :2].astype(np.float32), **{"with": "static_gaussians"})
+                out["static"] = True
+        if out["dynamic"] or out["static"]:
+            out["location"] = location_name(out["point"], 0.5 * size[0], 0.5 * size[1])
+        return out
+
+    # -- observation -----------------------------------------------------------------------------
+    def _observe(self) -> dict[str, np.ndarray]:
+        d, cfg, t = self._data, self.config, self._t
+        yaw, v = self._state[2], self._state[3]
+        ego_xy = self._state[:2]
+        obs: dict[str, np.ndarray] = {}
+        if cfg.cameras:
+            prev = self._obs.get("cameras") if self._obs is not None else None
+            obs["cameras"] = prev  # filled by _set_cameras after the render call
+        if cfg.ego:
+            obs["ego"] = np.array(
+                [v, self._yaw_rate, self._accel, self._steer, self._last[0], self._last[1], t / d.horizon],
+                dtype=np.float32,
+            )
+        if cfg.route:
+            s = self._s + cfg.route_spacing * np.arange(1, cfg.route_points + 1)
+            obs["route"] = to_ego(d.path_points(s), ego_xy, math.cos(yaw), math.sin(yaw)).astype(np.float32)
+        if cfg.agents:
+            idx = np.flatnonzero(d.agent_present[t])
+            xy, ay, sz, vel = d.agent_xy[t, idx], d.agent_yaw[t, idx], d.agent_size[idx], d.agent_vel[t, idx]
+            if cfg.obstacles_as_agents and len(d.obstacle_pose):
+                o = d.obstacle_pose
+                xy = np.concatenate([xy, o[:, :2]])
+                ay = np.concatenate([ay, o[:, 3]])
+                sz = np.concatenate([sz, d.obstacle_size])
+                vel = np.concatenate([vel, np.zeros((len(o), 2))])
+            obs["agents"], obs["agents_mask"] = agent_features(
+                xy, ay, sz, vel, ego_xy, yaw, cfg.max_agents, cfg.agent_radius
+            )
+        if cfg.map:
+            obs["map"], obs["map_mask"] = map_features(d.lane_points, ego_xy, yaw, cfg.map_points, cfg.map_radius)
+        return obs
+
+    def world_T_ego(self) -> np.ndarray:
+        from sim.frames import pose_matrix
+
+        return pose_matrix(self._state[0], self._state[1], self._z, self._state[2])
+
+    def _camera_request(self, force: bool = False):
+        """(Composite, viewmats [C, 4, 4], far plane) to render for the current state, or None."""
+        if not (self.config.cameras or force):
+            return None
+        if self._scene is None:
+            self._scene = self._data.load_scene()
+        comp = self._scene.compose(min(self._t, self._data.horizon))
+        return comp, self.rig.viewmats(self.world_T_ego()), float(self._data.scenario.render_distance)
+
+    def _render_one(self, comp, viewmats, far) -> np.ndarray:
+        from sim.rendering import render
+
+        r, c = self.rig, self.config
+        out = render(comp, viewmats, self._Ks, r.width, r.height, backend=c.render_backend, far_plane=far)
+        return out.to_uint8().numpy()
+
+    def _set_cameras(self, images: np.ndarray) -> None:
+        if self.config.cameras:
+            self._obs["cameras"] = images
+
+
+def contact_point(c, yaw, size, oc, oyaw, osize) -> np.ndarray:
+    """Where box o touches the ego box, in the ego box frame (x forward, y left from its centre):
+    the mean of the corners of each box that lie inside the other (the other box's centre when no
+    corner does, as when two boxes cross), clipped to the ego box. float32 [2]."""
+    from sim.geometry import box_corners, world_to_local
+
+    ego_c = box_corners(c, yaw, size)  # [4, 2] world
+    oth_c = box_corners(oc, oyaw, osize)
+    oth_in_ego = world_to_local(oth_c, c, yaw)  # [4, 2]
+    ego_in_oth = world_to_local(ego_c, oc, oyaw)
+    hl, hw = 0.5 * np.asarray(size, dtype=np.float64)
+    ohl, ohw = 0.5 * np.asarray(osize, dtype=np.float64)
+    pts = [oth_in_ego[(np.abs(oth_in_ego[:, 0]) <= hl) & (np.abs(oth_in_ego[:, 1]) <= hw)]]
+    inside = (np.abs(ego_in_oth[:, 0]) <= ohl) & (np.abs(ego_in_oth[:, 1]) <= ohw)
+    pts.append(world_to_local(ego_c[inside], c, yaw))
+    p = np.concatenate(pts)
+    m = p.mean(axis=0) if len(p) else world_to_local(np.asarray(oc, dtype=np.float64), c, yaw)
+    return np.clip(m, [-hl, -hw], [hl, hw]).astype(np.float32)
+
+
+def location_name(point, half_length: float, half_width: float) -> str:
+    """Where an ego-box-frame point [2] lies on the box: 'front' or 'rear' when it is in the outer
+    three quarters of the half-length, then 'left' or 'right' likewise for the half-width, joined
+    by '_' (e.g. 'front', 'front_left', 'rear_right', 'left'); 'centre' when neither."""
+    x, y = float(point[0]), float(point[1])
+    parts = []
+    if abs(x) > 0.25 * half_length:
+        parts.append("front" if x > 0 else "rear")
+    if abs(y) > 0.25 * half_width:
+        parts.append("left" if y > 0 else "right")
+    return "_".join(parts) or "centre"

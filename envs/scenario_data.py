@@ -1,0 +1,181 @@
+"""Per-scenario tables the env reads every step, built once per scenario and cached.
+
+Everything a step needs besides the ego's own state is a lookup in these arrays: the expert path
+(for deviation, route waypoints and the IL labels), the agents' boxes and velocities per step,
+the static obstacle boxes, the lane-centre points, and (loaded on first use) the scene and its
+static-collision index. Frames and units as ``sim.frames``: world metres, yaw from +x towards +y.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+
+import numpy as np
+
+from envs.actions import ActionSpec, nearest_bins
+from sim.frames import wrap_angle
+from sim.geometry import interpolate_polyline, polyline_arclength, project_to_polyline
+
+
+class ScenarioData:
+    """Tables of one scenario for an env with ``horizon`` steps.
+
+    Expert path: ``path_xy`` [M, 2] (the logged rear-axle positions with repeats removed, so every
+    segment has a length), ``path_s`` [M] arclength, ``path_yaw`` [M] the logged yaw there,
+    ``path_z`` [M] ground height. Agents (A of them, steps 0..horizon): ``agent_xy`` [T+1, A, 2],
+    ``agent_yaw`` [T+1, A], ``agent_vel`` [T+1, A, 2] world m/s, ``agent_present`` [T+1, A] bool,
+    ``agent_size`` [A, 3]. Obstacles: ``obstacle_pose`` [O, 4], ``obstacle_size`` [O, 3]. Lanes:
+    ``lane_points`` [L, 3] (x, y, heading). Labels: ``expert_action`` [T+1, 2] (lateral index,
+    longitudinal index), the nearest feasible bins to the expert's 0.5 s displacement at each step
+    (the last step repeats the one before).
+    """
+
+    def __init__(self, scenario, horizon: int | None, spec: ActionSpec, map_spacing: float = 2.0):
+        from scenarios.expert import expert_displacements
+
+        sc = scenario
+        self.scenario = sc
+        self.id = str(sc.id)
+        self.dt = float(sc.dt)
+        H = int(sc.horizon if horizon is None else min(horizon, sc.horizon))
+        self.horizon = H
+        ego = sc.ego
+        self.ego_size = np.array([ego.length, ego.width, ego.height], dtype=np.float64)
+        self.center_offset = float(ego.center_offset)
+        self.wheelbase = float(ego.wheelbase)
+
+        poses = np.asarray(sc.expert.poses, dtype=np.float64)
+        speed = np.asarray(sc.expert.speed, dtype=np.float64)
+        self.start_state = np.array([poses[0, 0], poses[0, 1], poses[0, 3], speed[0]])  # x, y, yaw, v
+        self.start_z = float(poses[0, 2])
+        self.expert_poses = poses  # [T_e, 4], T_e >= H + 1
+
+        # expert path with repeated points (a stopped expert) dropped: every segment has a direction
+        keep = np.ones(len(poses), dtype=bool)
+        last = poses[0, :2]
+        for i in range(1, len(poses)):
+            if np.hypot(*(poses[i, :2] - last)) > 1e-6:
+                last = poses[i, :2]
+            else:
+                keep[i] = False
+        xy, yaw, z = poses[keep, :2], poses[keep, 3], poses[keep, 2]
+        if len(xy) < 2:  # the expert never moves: a short stub along its heading
+            xy = np.concatenate([xy, xy + 1e-3 * np.array([[np.cos(yaw[0]), np.sin(yaw[0])]])])
+            yaw, z = np.repeat(yaw, 2), np.repeat(z, 2)
+        self.path_xy = np.ascontiguousarray(xy)
+        self.path_s = polyline_arclength(xy)
+        self.path_yaw = yaw
+        self.path_dyaw = wrap_angle(np.diff(yaw))  # [M-1] yaw change along each segment
+        self.path_z = z
+
+        # agents, steps 0..H
+        a_poses, a_size, a_present = sc.agent_arrays()  # [A, T+1, 4], [A, 3], [A, T+1]
+        a_poses = a_poses[:, : H + 1].transpose(1, 0, 2)  # [H+1, A, 4]
+        a_present = a_present[:, : H + 1].T.copy()  # [H+1, A]
+        self.agent_ids = tuple(a.id for a in sc.agents)
+        self.agent_xy = np.ascontiguousarray(a_poses[..., :2])
+        self.agent_yaw = np.ascontiguousarray(a_poses[..., 3])
+        self.agent_present = a_present
+        self.agent_size = np.asarray(a_size, dtype=np.float64).reshape(-1, 3)
+        self.agent_vel = _velocities(self.agent_xy, a_present, self.dt)
+
+        o_pose, o_size = sc.obstacle_arrays()
+        self.obstacle_ids = tuple(o.id for o in sc.static_obstacles)
+        self.obstacle_pose = np.asarray(o_pose, dtype=np.float64).reshape(-1, 4)
+        self.obstacle_size = np.asarray(o_size, dtype=np.float64).reshape(-1, 3)
+
+        self.lane_points = _lane_points(sc.map, map_spacing)  # [L, 3]
+        self.lane_polylines = tuple(np.asarray(ln.centerline, dtype=np.float64) for ln in sc.map.lanes)
+        self.road_edges = tuple(np.asarray(e, dtype=np.float64) for e in sc.map.road_edges)
+
+        disp = np.asarray(expert_displacements(sc), dtype=np.float64)  # [T, 2] (lateral, longitudinal) m
+        labels = nearest_bins(disp[:, 0], disp[:, 1], spec)  # [T, 2]
+        if len(labels) < H + 1:
+            labels = np.concatenate([labels, np.repeat(labels[-1:], H + 1 - len(labels), axis=0)])
+        self.expert_action = np.ascontiguousarray(labels[: H + 1])
+        self.expert_displacement = disp
+
+    # -- the scene: loaded per episode (``scenarios.scene`` keeps the PLYs in a bounded cache) -----
+    def load_scene(self):
+        """The ``sim.Scene``, PLYs read through scenarios' per-process cache."""
+        return self.scenario.load_scene()
+
+    # -- per-step queries ------------------------------------------------------------------------
+    def project(self, xy: np.ndarray) -> tuple[float, float, float, float]:
+        """Nearest point of the expert path to world xy [2]: (distance m, arclength s m, matched
+        expert yaw rad, ground z m), yaw and z interpolated along the matched segment."""
+        s, lateral, _ = project_to_polyline(xy, self.path_xy)
+        s = float(s)
+        j = min(max(int(np.searchsorted(self.path_s, s, side="right")) - 1, 0), len(self.path_s) - 2)
+        u = (s - self.path_s[j]) / (self.path_s[j + 1] - self.path_s[j])
+        yaw = self.path_yaw[j] + u * self.path_dyaw[j]
+        z = self.path_z[j] + u * (self.path_z[j + 1] - self.path_z[j])
+        return abs(float(lateral)), s, float(yaw), float(z)
+
+    def path_points(self, s: np.ndarray) -> np.ndarray:
+        """World xy [P, 2] at arclengths s [P] along the expert path, straight on past its ends."""
+        return interpolate_polyline(self.path_xy, s)[0]
+
+
+def _velocities(xy: np.ndarray, present: np.ndarray, dt: float) -> np.ndarray:
+    """[T, A, 2] world velocities: the mean of the forward and backward differences that exist."""
+    T = xy.shape[0]
+    vel = np.zeros_like(xy)
+    if T < 2 or xy.shape[1] == 0:
+        return vel
+    d = (xy[1:] - xy[:-1]) / dt  # [T-1, A, 2]
+    ok = present[1:] & present[:-1]  # [T-1, A]
+    fwd = np.zeros_like(xy)
+    bwd = np.zeros_like(xy)
+    nf = np.zeros(present.shape)
+    nb = np.zeros(present.shape)
+    fwd[:-1] = np.where(ok[..., None], d, 0.0)
+    nf[:-1] = ok
+    bwd[1:] = np.where(ok[..., None], d, 0.0)
+    nb[1:] = ok
+    n = nf + nb
+    vel = np.divide(fwd + bwd, n[..., None], out=vel, where=n[..., None] > 0)
+    vel[~present] = 0.0
+    return vel
+
+
+def _lane_points(map_data, spacing: float) -> np.ndarray:
+    """Lane centre lines resampled every ``spacing`` m: [L, 3] (x, y, heading)."""
+    out = []
+    for ln in map_data.lanes:
+        c = np.asarray(ln.centerline, dtype=np.float64)
+        if len(c) < 2:
+            continue
+        total = polyline_arclength(c)[-1]
+        if total <= 0:
+            continue
+        s = np.arange(0.0, total + 1e-9, spacing)
+        xy, h = interpolate_polyline(c, s)
+        out.append(np.concatenate([xy, h[:, None]], axis=1))
+    return np.concatenate(out, axis=0) if out else np.zeros((0, 3))
+
+
+class ScenarioCache:
+    """Least-recently-used cache of :class:`ScenarioData` by scenario key, shared by sub-envs."""
+
+    def __init__(self, build: Callable[[object], ScenarioData], size: int = 64):
+        self._build = build
+        self._size = int(size)
+        self._items: OrderedDict[object, ScenarioData] = OrderedDict()
+
+    def get(self, key, scenario) -> ScenarioData:
+        if key in self._items:
+            self._items.move_to_end(key)
+            return self._items[key]
+        data = self._build(scenario)
+        self._items[key] = data
+        while len(self._items) > self._size:
+            self._items.popitem(last=False)
+        return data
+
+    def drop(self, key) -> None:
+        self._items.pop(key, None)
+
+    def __len__(self) -> int:
+        return len(self._items)

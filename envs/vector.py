@@ -1,0 +1,292 @@
+"""``VectorDrivingEnv``: N driving envs stepped together, with one render call per step for all.
+
+What rollout actors use. It follows gymnasium's ``VectorEnv`` API with **same-step autoreset**
+(``metadata["autoreset_mode"] == AutoresetMode.SAME_STEP``): when a sub-env's episode ends, it is
+reset within the same ``step`` call; the returned observation is the new episode's first, and the
+ended episode's last observation and info are in ``infos["final_obs"][i]`` and
+``infos["final_info"]`` (masks ``infos["_final_obs"]``), so a truncated step can be bootstrapped.
+
+Each sub-env is a :class:`envs.driving.DrivingEnv` sharing one scenario pool (tables built once,
+failure counts and quarantine shared) with its own seeded generator: ``reset(seed=s)`` seeds
+sub-env i with ``s + i``, so the vector env matches N single envs reset with those seeds and fed
+the same actions (each single env being reset when its episode ends). Per step, the dynamics of all
+sub-envs run in one vectorised call, their geometry in numpy, and every camera of every sub-env --
+including the final frame of an ended episode and the first frame of its successor -- is drawn by
+one ``sim.render`` call (one batched gsplat call on a GPU).
+
+Infos (gymnasium's dict of arrays with ``_key`` masks): keys that describe the *step just taken*
+(``reward_terms``, ``reward_parts``, ``event``, ``collision_*``, ``static_gaussians``,
+``action_applied``, ``action_projected``, ``error``) are given for every sub-env, ended or not;
+keys that describe the *returned observation* (``scenario``, ``step``, ``expert_action``,
+``path_distance``, ``heading_error``, ``action_mask``) follow the new episode for ended ones.
+
+A sub-env whose scenario raises (in reset, step or rendering) ends that episode truncated with
+``info["error"]`` and carries on with another scenario; the rest are not disturbed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from envs.actions import project_feasible
+from envs.config import EnvConfig
+from envs.driving import DrivingEnv, advance, check_action
+from envs.suite import ScenarioPool, resolve_scenarios
+
+log = logging.getLogger("envs")
+
+STEP_KEYS = (
+    "reward_terms",
+    "reward_parts",
+    "event",
+    "collision_location",
+    "collision_point",
+    "collision_with",
+    "static_gaussians",
+    "action_applied",
+    "action_projected",
+)
+
+
+class VectorDrivingEnv(VectorEnv):
+    """N :class:`DrivingEnv` sharing a scenario pool; one render call per step (module docstring).
+
+    scenarios: as DrivingEnv's (default ``config["suite"]``); num_envs: N; config: dict of
+    overrides or EnvConfig; skip_broken: overrides ``config["skip_broken"]``.
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {
+        "render_modes": ["rgb_array"],
+        "render_fps": 10,
+        "autoreset_mode": AutoresetMode.SAME_STEP,
+    }
+
+    def __init__(
+        self,
+        scenarios=None,
+        num_envs: int = 8,
+        config: dict[str, Any] | EnvConfig | None = None,
+        render_mode: str | None = None,
+        *,
+        skip_broken: bool | None = None,
+    ):
+        cfg = EnvConfig.from_dict(config)
+        if skip_broken is not None:
+            cfg = dataclasses.replace(cfg, skip_broken=bool(skip_broken))
+        if not isinstance(num_envs, int) or num_envs < 1:
+            raise ValueError(f"VectorDrivingEnv: num_envs must be an int >= 1, got {num_envs!r}")
+        source = scenarios if scenarios is not None else cfg.suite
+        self.pool = ScenarioPool(resolve_scenarios(source, cfg.skip_broken), cfg)
+        self.config = cfg
+        self.render_mode = render_mode
+        self.envs = [DrivingEnv(cfg, render_mode=render_mode, pool=self.pool) for _ in range(num_envs)]
+        e0 = self.envs[0]
+        self.num_envs = num_envs
+        self.single_observation_space = e0.observation_space
+        self.single_action_space = e0.action_space
+        self.observation_space = batch_space(e0.observation_space, num_envs)
+        self.action_space = batch_space(e0.action_space, num_envs)
+        self.action_spec = e0.action_spec
+        self.action_mask = e0.action_mask
+        self.rig = e0.rig
+        self._Ks = e0._Ks
+        self._seeded = False
+
+    @property
+    def quarantined(self) -> list[str]:
+        """Scenario ids no longer sampled after repeated failures (shared by all sub-envs)."""
+        return self.pool.quarantined
+
+    # -- reset -----------------------------------------------------------------------------------
+    def reset(self, *, seed: int | list[int | None] | None = None, options: dict | None = None):
+        N = self.num_envs
+        if seed is None and not self._seeded and self.config.seed is not None:
+            seed = self.config.seed
+        if seed is None or isinstance(seed, int | np.integer):
+            seeds = [None if seed is None else int(seed) + i for i in range(N)]
+        else:
+            seeds = list(seed)
+            if len(seeds) != N:
+                raise ValueError(f"VectorDrivingEnv.reset: seed must be an int or {N} seeds, got {len(seeds)}")
+        super().reset(seed=seeds[0])
+        self._seeded = True
+        per_env = _split_options(options, N)
+        infos: dict[str, Any] = {}
+        requests, infos_i = [], []
+        for i, env in enumerate(self.envs):
+            env._seeded = True
+            gym.Env.reset(env, seed=seeds[i])  # gymnasium's seeding of the sub-env's generator
+            infos_i.append(env._reset_state(per_env[i]))
+            requests.append((i, _request(env)))
+        reset_infos = dict(enumerate(infos_i))
+        self._render_requests(requests, reset_infos=reset_infos)
+        for i in range(N):
+            infos = self._add_info(infos, reset_infos[i], i)
+        return self._batch_obs([env._obs for env in self.envs]), infos
+
+    # -- step ------------------------------------------------------------------------------------
+    def step(self, actions):
+        N, spec = self.num_envs, self.action_spec
+        a = np.asarray(actions)
+        if a.shape != (N, 2):
+            raise ValueError(
+                f"VectorDrivingEnv.step: actions must be [num_envs={N}, 2] (lateral index, longitudinal index), "
+                f"got shape {a.shape}"
+            )
+        idx = np.array([check_action(a[i], spec, f"VectorDrivingEnv.step (env {i})") for i in range(N)])
+        for i, env in enumerate(self.envs):
+            if not env._active:
+                raise RuntimeError(f"VectorDrivingEnv.step: env {i} has no episode running; call reset() first")
+        lat_p, projected = project_feasible(idx[:, 0], idx[:, 1], spec)
+        lat_m, long_m = spec.lateral[lat_p], spec.longitudinal[idx[:, 1]]
+        states = np.stack([env._state for env in self.envs])
+        dts = [env._data.dt for env in self.envs]
+        wbs = [env._data.wheelbase for env in self.envs]
+        try:
+            new, accel, steer = advance(states, lat_m, long_m, dts, wbs)
+        except Exception:  # find whose it is: one env at a time
+            new, accel, steer = np.full((N, 4), np.nan), np.zeros(N), np.zeros(N)
+
+        rewards = np.zeros(N)
+        terminated = np.zeros(N, dtype=bool)
+        truncated = np.zeros(N, dtype=bool)
+        step_infos: list[dict] = [{} for _ in range(N)]
+        requests = []
+        for i, env in enumerate(self.envs):
+            try:
+                if not np.isfinite(new[i]).all():
+                    one = slice(i, i + 1)
+                    n1, a1, s1 = advance(states[one], lat_m[one], long_m[one], dts[one], wbs[one])
+                    new[i], accel[i], steer[i] = n1[0], a1[0], s1[0]
+                r, te, tr, info = env._after_dynamics(
+                    new[i], float(accel[i]), float(steer[i]), float(lat_m[i]), float(long_m[i]),
+                    (int(lat_p[i]), int(idx[i, 1])), bool(projected[i]),
+                )  # fmt: skip
+                requests.append((i, _request(env)))
+            except Exception as e:
+                _, r, te, tr, info = env._fail_step(e)
+            rewards[i], terminated[i], truncated[i], step_infos[i] = r, te, tr, info
+        self._render_requests(requests, step_infos=step_infos, terminated=terminated, truncated=truncated)
+
+        # same-step autoreset: keep the final observation, start the next episode, render it too
+        ended = np.flatnonzero(terminated | truncated)
+        final_obs: dict[int, dict] = {}
+        reset_infos: dict[int, dict] = {}
+        requests = []
+        for i in ended:
+            env = self.envs[i]
+            final_obs[i] = env._obs
+            reset_infos[i] = env._reset_state(None)
+            requests.append((i, _request(env)))
+        if requests:
+            self._render_requests(requests, reset_infos=reset_infos)
+
+        infos: dict[str, Any] = {}
+        for i in range(N):
+            if i in final_obs:
+                infos = self._add_info(infos, {"final_obs": final_obs[i], "final_info": step_infos[i]}, i)
+                merged = dict(reset_infos[i])
+                for k in STEP_KEYS:
+                    if k in step_infos[i]:
+                        merged[k] = step_infos[i][k]
+                errors = [m for m in (step_infos[i].get("error"), reset_infos[i].get("error")) if m]
+                if errors:
+                    merged["error"] = " | ".join(errors)
+                infos = self._add_info(infos, merged, i)
+            else:
+                infos = self._add_info(infos, step_infos[i], i)
+        obs = self._batch_obs([env._obs for env in self.envs])
+        return obs, rewards, terminated, truncated, infos
+
+    def render(self) -> tuple[np.ndarray, ...] | None:
+        if self.render_mode != "rgb_array":
+            return None
+        return tuple(env.render() for env in self.envs)
+
+    def close_extras(self, **kwargs):
+        for env in self.envs:
+            env.close()
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _render_requests(self, requests, step_infos=None, terminated=None, truncated=None, reset_infos=None) -> None:
+        """Render every (env index, request) in one call and hand each env its images.
+
+        If the batched call raises, each request is rendered alone to find the culprit: a failed
+        step request ends that env's episode (truncated unless the step terminated it, with
+        ``error``; the step's reward and events stand); a failed reset request charges
+        the scenario and resets that env to another (rendered alone).
+        """
+        requests = [(i, r) for i, r in requests if r is not None]
+        if not requests:
+            return
+        good = [r for _, r in requests if not isinstance(r, Exception)]
+        try:
+            batch = iter(self._render_batch(good)) if good else iter(())
+            images = [r if isinstance(r, Exception) else next(batch) for _, r in requests]
+        except Exception:
+            images = []
+            for _, r in requests:
+                try:
+                    images.append(r if isinstance(r, Exception) else self._render_batch([r])[0])
+                except Exception as e:
+                    images.append(e)
+        for (i, _), img in zip(requests, images):
+            env = self.envs[i]
+            if not isinstance(img, Exception):
+                env._set_cameras(img)
+            elif reset_infos is None:
+                step_infos[i]["error"] = env._fail_step(img)[4]["error"]
+                truncated[i] = not terminated[i]
+            else:
+                msg = self.pool.record_failure(env._k, img)
+                while True:  # another scenario, rendered alone
+                    info = env._reset_state(None)
+                    try:
+                        env._set_cameras(env._render_one(*env._camera_request()))
+                        break
+                    except Exception as e:
+                        msg += " | " + self.pool.record_failure(env._k, e)
+                info["error"] = msg + (" | " + info["error"] if "error" in info else "")
+                reset_infos[i] = info
+
+    def _render_batch(self, requests) -> np.ndarray:
+        """[S, C, H, W, 3] uint8 for S (Composite, viewmats [C, 4, 4], far plane) requests."""
+        from sim.rendering import render
+
+        comps = [c for c, _, _ in requests]
+        vms = torch.stack([v for _, v, _ in requests])
+        far = max(f for _, _, f in requests)
+        r, cfg = self.rig, self.config
+        out = render(comps, vms, self._Ks, r.width, r.height, backend=cfg.render_backend, far_plane=far)
+        return out.to_uint8().numpy()
+
+    def _batch_obs(self, obs_list: list[dict]) -> dict[str, np.ndarray]:
+        return {k: np.stack([o[k] for o in obs_list]) for k in self.single_observation_space.spaces}
+
+
+def _request(env: DrivingEnv):
+    """The env's camera request, or the exception that building it raised (charged later)."""
+    try:
+        return env._camera_request()
+    except Exception as e:
+        return e
+
+
+def _split_options(options: dict | None, n: int) -> list[dict | None]:
+    """Per-env reset options: ``{"scenario": x}`` for all, or ``{"scenario": [x0, ..., xN-1]}``."""
+    if not options:
+        return [None] * n
+    sc = options.get("scenario")
+    if isinstance(sc, list | tuple):
+        if len(sc) != n:
+            raise ValueError(f"VectorDrivingEnv.reset: options['scenario'] must be one id or {n} of them")
+        return [{**options, "scenario": s} for s in sc]
+    return [options] * n
