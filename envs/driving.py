@@ -17,7 +17,7 @@ Observation: ``envs.observation``. Info at every reset and step:
 - at a step: ``reward_terms`` (dict of the named terms), ``reward_parts`` float32 [2] (lateral,
   longitudinal), ``event`` ('' or the first event's name), ``collision_location`` ('' or
   where on the ego box: front, rear, left, right, front_left, ..., see :func:`location_name`), ``collision_point``
-  float32 [2] (ego box frame: x forward from the box centre, y left; NaN without a collision),
+  float32 [2] (ego box frame: x forward from the box centre, y left; zeros without a collision),
   ``collision_with`` ('' or an agent id, an obstacle id, or 'static_gaussians'),
   ``static_gaussians`` (count in the raised ego box), ``action_applied`` int64 [2] and
   ``action_projected`` (True when the lateral bin was moved to the nearest feasible one);
@@ -226,7 +226,7 @@ class DrivingEnv(gym.Env):
                     raise RuntimeError(f"DrivingEnv.reset: {msg}") from e
                 errors.append(msg)
         info = self._info_common()
-        info["action_mask"] = self.action_mask
+        info["action_mask"] = self.action_mask.copy()
         if errors:
             info["error"] = " | ".join(errors)
         return info
@@ -331,7 +331,7 @@ class DrivingEnv(gym.Env):
 
         d, cfg, t = self._data, self.config, self._t
         c, yaw, size = self.ego_box()
-        out = {"dynamic": False, "static": False, "location": "", "point": np.full(2, np.nan, np.float32)}
+        out = {"dynamic": False, "static": False, "location": "", "point": np.zeros(2, np.float32)}
         out.update({"with": "", "count": 0})
         idx = np.flatnonzero(d.agent_present[t])
         if len(idx):
@@ -424,23 +424,37 @@ class DrivingEnv(gym.Env):
 
 
 def contact_point(c, yaw, size, oc, oyaw, osize) -> np.ndarray:
-    """Where box o touches the ego box, in the ego box frame (x forward, y left from its centre):
-    the mean of the corners of each box that lie inside the other (the other box's centre when no
-    corner does, as when two boxes cross), clipped to the ego box. float32 [2]."""
+    """Where box o overlaps the ego box, in the ego box frame (x forward, y left from its centre):
+    the centroid of the overlap polygon (the other box clipped to the ego box); where the boxes only
+    touch, the mean of the touching polygon's vertices. float32 [2]."""
     from sim.geometry import box_corners, world_to_local
 
-    ego_c = box_corners(c, yaw, size)  # [4, 2] world
-    oth_c = box_corners(oc, oyaw, osize)
-    oth_in_ego = world_to_local(oth_c, c, yaw)  # [4, 2]
-    ego_in_oth = world_to_local(ego_c, oc, oyaw)
-    hl, hw = 0.5 * np.asarray(size, dtype=np.float64)
-    ohl, ohw = 0.5 * np.asarray(osize, dtype=np.float64)
-    pts = [oth_in_ego[(np.abs(oth_in_ego[:, 0]) <= hl) & (np.abs(oth_in_ego[:, 1]) <= hw)]]
-    inside = (np.abs(ego_in_oth[:, 0]) <= ohl) & (np.abs(ego_in_oth[:, 1]) <= ohw)
-    pts.append(world_to_local(ego_c[inside], c, yaw))
-    p = np.concatenate(pts)
-    m = p.mean(axis=0) if len(p) else world_to_local(np.asarray(oc, dtype=np.float64), c, yaw)
-    return np.clip(m, [-hl, -hw], [hl, hw]).astype(np.float32)
+    hl, hw = 0.5 * float(size[0]), 0.5 * float(size[1])
+    poly = world_to_local(box_corners(oc, oyaw, osize), c, yaw)  # [4, 2], counter-clockwise
+    # Sutherland-Hodgman against the ego box's four half-planes, n . p <= h
+    for n, h in (((1.0, 0.0), hl), ((-1.0, 0.0), hl), ((0.0, 1.0), hw), ((0.0, -1.0), hw)):
+        if len(poly) == 0:
+            break
+        d = poly @ np.array(n) - h  # <= 0 inside
+        out = []
+        for i in range(len(poly)):
+            p, q, dp, dq = poly[i], poly[(i + 1) % len(poly)], d[i], d[(i + 1) % len(poly)]
+            if dp <= 0:
+                out.append(p)
+            if (dp < 0 < dq) or (dq < 0 < dp):
+                out.append(p + (q - p) * (dp / (dp - dq)))
+        poly = np.array(out).reshape(-1, 2)
+    if len(poly) == 0:  # no overlap after rounding: the other box's centre, clipped to the ego box
+        m = world_to_local(np.asarray(oc, dtype=np.float64), c, yaw)
+        return np.clip(m, [-hl, -hw], [hl, hw]).astype(np.float32)
+    x, y = poly[:, 0], poly[:, 1]
+    xn, yn = np.roll(x, -1), np.roll(y, -1)
+    cross = x * yn - xn * y
+    area = 0.5 * cross.sum()
+    if abs(area) < 1e-12:
+        return poly.mean(axis=0).astype(np.float32)
+    centroid = np.array([((x + xn) * cross).sum(), ((y + yn) * cross).sum()]) / (6.0 * area)
+    return centroid.astype(np.float32)
 
 
 def location_name(point, half_length: float, half_width: float) -> str:

@@ -26,20 +26,23 @@ AGENT_FEATURES = ("x", "y", "cos_yaw", "sin_yaw", "length", "width", "vx", "vy")
 MAP_FEATURES = ("x", "y", "cos", "sin")
 
 
+BOUND = 1e3  # |value| bound of the float parts (metres, m/s, rad/s, m/s^2): far beyond what they reach
+
+
 def observation_space(cfg: EnvConfig, num_cameras: int, width: int, height: int) -> spaces.Dict:
     f32 = np.float32
     parts: dict[str, spaces.Space] = {}
     if cfg.cameras:
         parts["cameras"] = spaces.Box(0, 255, (num_cameras, height, width, 3), np.uint8)
     if cfg.ego:
-        parts["ego"] = spaces.Box(-np.inf, np.inf, (len(EGO_FEATURES),), f32)
+        parts["ego"] = spaces.Box(-BOUND, BOUND, (len(EGO_FEATURES),), f32)
     if cfg.route:
-        parts["route"] = spaces.Box(-np.inf, np.inf, (cfg.route_points, 2), f32)
+        parts["route"] = spaces.Box(-BOUND, BOUND, (cfg.route_points, 2), f32)
     if cfg.agents:
-        parts["agents"] = spaces.Box(-np.inf, np.inf, (cfg.max_agents, len(AGENT_FEATURES)), f32)
+        parts["agents"] = spaces.Box(-BOUND, BOUND, (cfg.max_agents, len(AGENT_FEATURES)), f32)
         parts["agents_mask"] = spaces.Box(0.0, 1.0, (cfg.max_agents,), f32)
     if cfg.map:
-        parts["map"] = spaces.Box(-np.inf, np.inf, (cfg.map_points, len(MAP_FEATURES)), f32)
+        parts["map"] = spaces.Box(-BOUND, BOUND, (cfg.map_points, len(MAP_FEATURES)), f32)
         parts["map_mask"] = spaces.Box(0.0, 1.0, (cfg.map_points,), f32)
     return spaces.Dict(parts)
 
