@@ -1,0 +1,532 @@
+"""The actor-critic: observation encoders, a fused trunk, RAD's conditional action heads, two value heads.
+
+Layout (B = batch):
+
+    cameras [B, C, H, W, 3] uint8 -> shared strided CNN per camera + learned camera embedding -> [B, E]
+    ego     [B, 7]                -> running-norm -> MLP                                    -> [B, E]
+    route   [B, K, 2]             -> running-norm -> flatten -> MLP                          -> [B, E]
+    agents  [B, M, 8] (+ mask)    -> running-norm -> per-token MLP -> masked pool            -> [B, E]
+    map     [B, P, 4] (+ mask)    -> running-norm -> per-token MLP -> masked pool            -> [B, E]
+    concat -> LayerNorm -> MLP trunk -> h [B, D]
+    h -> longitudinal logits [B, n_long]
+    h, long_idx -> lateral logits [B, n_lat], masked by feasibility()[long_idx]
+    h -> values [B, 2] (lateral part, longitudinal part)
+
+Every [B, 2] tensor is in the env's action order: column 0 lateral, column 1 longitudinal.
+
+The joint policy factorises as pi(lat, long | s) = pi_long(long | s) * pi_lat(lat | long, s), so the
+feasibility mask (a function of the longitudinal bin) is applied exactly. Masked logits are set to
+MASK_VALUE, a large negative finite number: probabilities underflow to exactly 0 but softmax, entropy
+and gradients stay finite.
+
+Observation normalisation lives in the module, so a saved or exported policy is self-contained:
+images are scaled by fixed per-channel mean/std; vector parts use running mean/var buffers that change
+only in ``update_obs_stats`` (the learner calls it) and are saved in the state_dict.
+
+Export: ``forward`` has no data-dependent Python control flow (``action is None`` and ``deterministic``
+are static arguments), but sampling is not something an evaluation stack wants. ``ExportPolicy`` wraps a
+trained ``ActorCritic`` into a tensor-in/tensor-out module that returns the deterministic action, the
+longitudinal logits, the masked lateral logits for *every* longitudinal bin ([B, n_long, n_lat]: the
+conditional head evaluated for all conditions at once, cheap since only one linear layer and the
+output layer see the condition) and the values. A consumer can then pick any longitudinal bin (argmax
+or sampled) and read its lateral row: no conditional branch survives export.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import time
+from dataclasses import asdict, dataclass
+from typing import NamedTuple
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from policy.action import ActionSpec
+
+MASK_VALUE = -1e9
+OBS_PARTS = ("cameras", "ego", "route", "agents", "map")
+MASK_KEYS = {"agents": "agents_mask", "map": "map_mask"}
+TOKEN_PARTS = ("agents", "map")
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """Network sizes. Defaults are small and fast on CPU; scale up by config.
+
+    cnn_channels: output channels of the strided conv layers of the shared camera encoder.
+    cnn_kernels: kernel size per conv layer (same length as cnn_channels); every layer has stride 2.
+    embed_dim: width of every per-part embedding (and of the camera and token features).
+    hidden_dim: width of the fusion trunk and of the lateral head.
+    trunk_layers: number of Linear+ReLU layers in the fusion trunk.
+    token_pool: pooling of the agent/map token sets: "max", "mean" or "attention" (one learned query).
+    camera_fusion: "concat" (flatten the per-camera features) or "mean" (camera-count agnostic; the
+        camera embedding tells the cameras apart).
+    image_mean, image_std: fixed per-channel (RGB) normalisation of images scaled to [0, 1].
+    obs_clip: normalised vector observations are clipped to [-obs_clip, obs_clip].
+    norm_eps: added to the running variance before the square root.
+    """
+
+    cnn_channels: tuple[int, ...] = (16, 32, 48, 64)
+    cnn_kernels: tuple[int, ...] = (5, 3, 3, 3)
+    embed_dim: int = 128
+    hidden_dim: int = 256
+    trunk_layers: int = 2
+    token_pool: str = "max"
+    camera_fusion: str = "concat"
+    image_mean: tuple[float, float, float] = (0.485, 0.456, 0.406)
+    image_std: tuple[float, float, float] = (0.229, 0.224, 0.225)
+    obs_clip: float = 10.0
+    norm_eps: float = 1e-8
+
+    def __post_init__(self):
+        if len(self.cnn_channels) != len(self.cnn_kernels) or not self.cnn_channels:
+            raise ValueError(
+                f"PolicyConfig.cnn_kernels: expected one kernel size per conv layer "
+                f"({len(self.cnn_channels)} channels given), got {self.cnn_kernels}"
+            )
+        if self.token_pool not in ("max", "mean", "attention"):
+            raise ValueError(f"PolicyConfig.token_pool: expected 'max', 'mean' or 'attention', got {self.token_pool!r}")
+        if self.camera_fusion not in ("concat", "mean"):
+            raise ValueError(f"PolicyConfig.camera_fusion: expected 'concat' or 'mean', got {self.camera_fusion!r}")
+        for name in ("embed_dim", "hidden_dim", "trunk_layers"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"PolicyConfig.{name}: expected >= 1, got {getattr(self, name)}")
+
+
+class PolicyOutput(NamedTuple):
+    """action, log_prob, entropy: [B, 2] (lateral, longitudinal); values: [B, 2] (lateral, longitudinal part).
+
+    log_prob[:, 0] = log pi_lat(lat | long, s), log_prob[:, 1] = log pi_long(long | s); their sum is the joint
+    log-probability. entropy[:, 0] is the lateral entropy given the action's longitudinal bin.
+    logits_long: [B, n_long]; logits_lat: [B, n_lat], masked, conditioned on the action's longitudinal bin.
+    """
+
+    action: torch.Tensor
+    log_prob: torch.Tensor
+    entropy: torch.Tensor
+    values: torch.Tensor
+    logits_long: torch.Tensor
+    logits_lat: torch.Tensor
+
+
+def layer_init(layer: nn.Linear | nn.Conv2d, std: float = math.sqrt(2), bias_const: float = 0.0) -> nn.Module:
+    """CleanRL's orthogonal init."""
+    nn.init.orthogonal_(layer.weight, std)
+    assert layer.bias is not None
+    nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+def mlp(in_dim: int, out_dim: int, hidden: int | None = None, layers: int = 2) -> nn.Sequential:
+    """Linear+ReLU stack, ending with a ReLU (a feature extractor, not a head)."""
+    hidden = hidden or out_dim
+    dims = [in_dim] + [hidden] * (layers - 1) + [out_dim]
+    mods: list[nn.Module] = []
+    for a, b in itertools.pairwise(dims):
+        mods += [layer_init(nn.Linear(a, b)), nn.ReLU()]
+    return nn.Sequential(*mods)
+
+
+class RunningNorm(nn.Module):
+    """Per-feature running mean/variance; frozen except in ``update``. Starts as the identity.
+
+    shape: the per-sample feature shape the statistics are kept over (e.g. [7] for ego, [K, 2] for route,
+    [8] for agent tokens, which share statistics across tokens).
+    """
+
+    mean: torch.Tensor
+    var: torch.Tensor
+    count: torch.Tensor
+
+    def __init__(self, shape: tuple[int, ...], clip: float, eps: float):
+        super().__init__()
+        self.shape, self.clip, self.eps = tuple(shape), clip, eps
+        self.register_buffer("mean", torch.zeros(self.shape))
+        self.register_buffer("var", torch.ones(self.shape))
+        self.register_buffer("count", torch.zeros((), dtype=torch.float64))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return ((x - self.mean) / torch.sqrt(self.var + self.eps)).clamp(-self.clip, self.clip)
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor, keep: torch.Tensor | None = None) -> None:
+        """Merge a batch (Chan et al.'s parallel update). x: [..., *shape]; keep: bool [...] rows to use."""
+        x = x.detach().reshape(-1, *self.shape).to(torch.float64)
+        if keep is not None:
+            x = x[keep.reshape(-1).to(torch.bool)]
+        n = x.shape[0]
+        if n == 0:
+            return
+        b_mean, b_var = x.mean(0), x.var(0, unbiased=False)
+        tot = self.count + n
+        delta = b_mean - self.mean.double()
+        new_mean = self.mean.double() + delta * (n / tot)
+        m2 = self.var.double() * self.count + b_var * n + delta**2 * (self.count * n / tot)
+        self.mean.copy_(new_mean)
+        self.var.copy_(m2 / tot)
+        self.count.copy_(tot)
+
+
+class CameraEncoder(nn.Module):
+    """Shared strided CNN over every camera + a learned per-camera embedding. [B, C, H, W, 3] uint8 -> [B, E]."""
+
+    img_mean: torch.Tensor
+    img_std: torch.Tensor
+
+    def __init__(self, n_cams: int, height: int, width: int, cfg: PolicyConfig):
+        super().__init__()
+        self.register_buffer("img_mean", torch.tensor(cfg.image_mean).view(1, 3, 1, 1))
+        self.register_buffer("img_std", torch.tensor(cfg.image_std).view(1, 3, 1, 1))
+        convs: list[nn.Module] = []
+        c_in = 3
+        for c_out, k in zip(cfg.cnn_channels, cfg.cnn_kernels):
+            convs += [layer_init(nn.Conv2d(c_in, c_out, k, stride=2, padding=k // 2)), nn.ReLU()]
+            c_in = c_out
+        self.cnn = nn.Sequential(*convs, nn.Flatten())
+        with torch.no_grad():
+            flat = self.cnn(torch.zeros(1, 3, height, width)).shape[1]
+        self.proj = nn.Sequential(layer_init(nn.Linear(flat, cfg.embed_dim)), nn.ReLU())
+        self.cam_embed = nn.Parameter(torch.randn(n_cams, cfg.embed_dim) * 0.02)
+        self.fusion = cfg.camera_fusion
+        fused_in = cfg.embed_dim * (n_cams if self.fusion == "concat" else 1)
+        self.out = nn.Sequential(layer_init(nn.Linear(fused_in, cfg.embed_dim)), nn.ReLU())
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        if images.dtype != torch.uint8:
+            raise TypeError(f"ActorCritic: obs['cameras'] must be uint8 [B, C, H, W, 3], got dtype {images.dtype}")
+        B, C, H, W, _ = images.shape
+        x = images.reshape(B * C, H, W, 3).permute(0, 3, 1, 2).float() / 255.0  # [B*C, 3, H, W]
+        x = (x - self.img_mean) / self.img_std
+        feats = self.proj(self.cnn(x)).view(B, C, -1) + self.cam_embed  # [B, C, E]
+        fused = feats.flatten(1) if self.fusion == "concat" else feats.mean(1)
+        return self.out(fused)
+
+
+class TokenSetEncoder(nn.Module):
+    """Per-token MLP + masked pooling. tokens [B, N, F], mask [B, N] (1 = present) -> [B, E].
+
+    A set with no present token pools to zeros (no NaN, no gradient through absent tokens).
+    """
+
+    def __init__(self, n_feat: int, cfg: PolicyConfig):
+        super().__init__()
+        self.token_mlp = mlp(n_feat, cfg.embed_dim)
+        self.pool = cfg.token_pool
+        if self.pool == "attention":
+            self.query = nn.Parameter(torch.randn(cfg.embed_dim) * 0.02)
+        self.out = nn.Sequential(layer_init(nn.Linear(cfg.embed_dim, cfg.embed_dim)), nn.ReLU())
+
+    def forward(self, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        present = mask > 0.5  # [B, N]
+        any_present = present.any(dim=1, keepdim=True)  # [B, 1]
+        x = self.token_mlp(tokens)  # [B, N, E]
+        if self.pool == "max":
+            pooled = x.masked_fill(~present[..., None], MASK_VALUE).amax(dim=1)
+        elif self.pool == "mean":
+            w = present.to(x.dtype)[..., None]
+            pooled = (x * w).sum(1) / w.sum(1).clamp_min(1.0)
+        else:
+            scores = (x @ self.query) / math.sqrt(x.shape[-1])  # [B, N]
+            attn = torch.softmax(scores.masked_fill(~present, MASK_VALUE), dim=1)
+            pooled = (attn[..., None] * x).sum(1)
+        return self.out(torch.where(any_present, pooled, torch.zeros_like(pooled)))
+
+
+def _check_box(space: gym.spaces.Space, key: str, ndim: int) -> tuple[int, ...]:
+    if not isinstance(space, gym.spaces.Box) or len(space.shape) != ndim:
+        raise ValueError(f"ActorCritic: observation_space[{key!r}] must be a Box with {ndim} dims, got {space}")
+    return tuple(space.shape)
+
+
+class ActorCritic(nn.Module):
+    """RAD's actor-critic over a Dict observation space (any subset of OBS_PARTS) and an action spec.
+
+    spec: ``policy.action.ActionSpec`` or anything with ``n_lat``, ``n_long`` and ``feasibility()`` ->
+    bool [n_long, n_lat]; pass the env's own spec (``envs.ActionSpec``) so the mask is exactly the one the env
+    enforces.
+    """
+
+    feasible: torch.Tensor
+
+    def __init__(self, observation_space: gym.spaces.Dict, spec: ActionSpec, cfg: PolicyConfig | None = None):
+        super().__init__()
+        cfg = cfg or PolicyConfig()
+        self.spec, self.cfg = spec, cfg
+        if not isinstance(observation_space, gym.spaces.Dict):
+            raise TypeError(f"ActorCritic: observation_space must be gymnasium.spaces.Dict, got {observation_space}")
+        known = set(OBS_PARTS) | set(MASK_KEYS.values())
+        unknown = sorted(set(observation_space.spaces) - known)
+        if unknown:
+            raise ValueError(f"ActorCritic: unknown observation keys {unknown}; expected a subset of {sorted(known)}")
+        self.parts = tuple(k for k in OBS_PARTS if k in observation_space.spaces)
+        if not self.parts:
+            raise ValueError(f"ActorCritic: the observation space has none of {OBS_PARTS}")
+        spaces = observation_space.spaces
+        E = cfg.embed_dim
+
+        self.encoders = nn.ModuleDict()
+        self.norms = nn.ModuleDict()
+        if "cameras" in spaces:
+            C, H, W, three = _check_box(spaces["cameras"], "cameras", 4)
+            if three != 3:
+                raise ValueError(
+                    f"ActorCritic: observation_space['cameras'] must be [C, H, W, 3], got {(C, H, W, three)}"
+                )
+            self.encoders["cameras"] = CameraEncoder(C, H, W, cfg)
+        if "ego" in spaces:
+            (n,) = _check_box(spaces["ego"], "ego", 1)
+            self.norms["ego"] = RunningNorm((n,), cfg.obs_clip, cfg.norm_eps)
+            self.encoders["ego"] = mlp(n, E)
+        if "route" in spaces:
+            K, two = _check_box(spaces["route"], "route", 2)
+            self.norms["route"] = RunningNorm((K, two), cfg.obs_clip, cfg.norm_eps)
+            self.encoders["route"] = mlp(K * two, E)
+        for key in TOKEN_PARTS:
+            if key in spaces:
+                _, n_feat = _check_box(spaces[key], key, 2)
+                self.norms[key] = RunningNorm((n_feat,), cfg.obs_clip, cfg.norm_eps)
+                self.encoders[key] = TokenSetEncoder(n_feat, cfg)
+
+        D = cfg.hidden_dim
+        trunk: list[nn.Module] = [nn.LayerNorm(E * len(self.parts))]
+        d_in = E * len(self.parts)
+        for _ in range(cfg.trunk_layers):
+            trunk += [layer_init(nn.Linear(d_in, D)), nn.ReLU()]
+            d_in = D
+        self.trunk = nn.Sequential(*trunk)
+
+        # Heads. Small init (CleanRL: 0.01) starts the policy near uniform over the feasible bins.
+        self.long_head = layer_init(nn.Linear(D, spec.n_long), std=0.01)
+        # Lateral head on [h, embed(long)]: written as proj(h) + embed(long) so it can be evaluated for all
+        # longitudinal bins at once by broadcasting (lateral_logits_all, export).
+        self.lat_proj = layer_init(nn.Linear(D, D))
+        self.long_embed = nn.Embedding(spec.n_long, D)
+        nn.init.normal_(self.long_embed.weight, std=0.1)
+        self.lat_out = layer_init(nn.Linear(D, spec.n_lat), std=0.01)
+        self.value_head = layer_init(nn.Linear(D, 2), std=1.0)
+        # Derived from the spec, so not saved: a checkpoint loads only into a network with the same bins anyway.
+        self.register_buffer("feasible", torch.as_tensor(spec.feasibility()), persistent=False)
+
+    # ---- features -------------------------------------------------------------------------------
+    def _get(self, obs: dict[str, torch.Tensor], key: str) -> torch.Tensor:
+        if key not in obs:
+            raise KeyError(f"ActorCritic: observation has no {key!r} (the network was built with {list(self.parts)})")
+        return obs[key]
+
+    def _mask(self, obs: dict[str, torch.Tensor], key: str, tokens: torch.Tensor) -> torch.Tensor:
+        m = obs.get(MASK_KEYS[key])
+        return torch.ones(tokens.shape[:-1], dtype=tokens.dtype, device=tokens.device) if m is None else m
+
+    def features(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Fused trunk features h [B, hidden_dim]."""
+        feats = []
+        for key in self.parts:
+            x = self._get(obs, key)
+            if key == "cameras":
+                feats.append(self.encoders[key](x))
+            elif key in TOKEN_PARTS:
+                feats.append(self.encoders[key](self.norms[key](x.float()), self._mask(obs, key, x)))
+            else:
+                feats.append(self.encoders[key](self.norms[key](x.float()).flatten(1)))
+        return self.trunk(torch.cat(feats, dim=-1))
+
+    @torch.no_grad()
+    def update_obs_stats(self, obs: dict[str, torch.Tensor]) -> None:
+        """Merge a batch into the running statistics of the vector parts (the only place they change).
+
+        obs: tensors with any number of leading batch dims ([B, ...] or [T, B, ...]). Token statistics use only
+        the tokens marked present by the mask.
+        """
+        for key, norm in self.norms.items():
+            assert isinstance(norm, RunningNorm)
+            x = self._get(obs, key)
+            keep = None
+            if key in TOKEN_PARTS:
+                keep = self._mask(obs, key, x) > 0.5
+            norm.update(x, keep)
+
+    # ---- heads ----------------------------------------------------------------------------------
+    def _lat_logits(self, h: torch.Tensor, long_idx: torch.Tensor) -> torch.Tensor:
+        """Masked lateral logits given longitudinal bins. h [B, D], long_idx [B] -> [B, n_lat]."""
+        z = self.lat_out(F.relu(self.lat_proj(h) + self.long_embed(long_idx)))
+        return z.masked_fill(~self.feasible[long_idx], MASK_VALUE)
+
+    def lateral_logits_all(self, h: torch.Tensor) -> torch.Tensor:
+        """Masked lateral logits for every longitudinal bin. h [B, D] -> [B, n_long, n_lat]."""
+        z = self.lat_out(F.relu(self.lat_proj(h)[:, None, :] + self.long_embed.weight[None, :, :]))
+        return z.masked_fill(~self.feasible[None], MASK_VALUE)
+
+    @staticmethod
+    def _sample(logits: torch.Tensor) -> torch.Tensor:
+        # Gumbel-max: a draw from softmax(logits) with tensor ops only (no multinomial). Masked logits
+        # (-1e9) cannot win: the Gumbel noise is bounded by the clamp on u to about +-17.
+        u = torch.rand_like(logits).clamp(1e-7, 1.0 - 1e-7)
+        return torch.argmax(logits - torch.log(-torch.log(u)), dim=-1)
+
+    @staticmethod
+    def _logp_entropy(logits: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logp_all = torch.log_softmax(logits, dim=-1)
+        logp = logp_all.gather(-1, idx[:, None])[:, 0]
+        entropy = -(logp_all.exp() * logp_all).sum(-1)
+        return logp, entropy
+
+    def forward(
+        self, obs: dict[str, torch.Tensor], action: torch.Tensor | None = None, deterministic: bool = False
+    ) -> PolicyOutput:
+        """obs: dict of [B, ...] tensors. action: [B, 2] int64 (lat, long) to evaluate, or None to choose one
+        (sampled, or argmax long then argmax lateral under its mask when deterministic)."""
+        h = self.features(obs)
+        logits_long = self.long_head(h).float()  # [B, n_long]; every bin has a feasible lateral, so no mask
+        if action is None:
+            long_idx = logits_long.argmax(-1) if deterministic else self._sample(logits_long)
+        else:
+            if action.ndim != 2 or action.shape[1] != 2:
+                raise ValueError(
+                    f"ActorCritic: action must be [B, 2] (lat, long) bin indices, got {tuple(action.shape)}"
+                )
+            long_idx = action[:, 1].long()
+        logits_lat = self._lat_logits(h, long_idx).float()  # [B, n_lat]
+        if action is None:
+            lat_idx = logits_lat.argmax(-1) if deterministic else self._sample(logits_lat)
+        else:
+            lat_idx = action[:, 0].long()
+        logp_lat, ent_lat = self._logp_entropy(logits_lat, lat_idx)
+        logp_long, ent_long = self._logp_entropy(logits_long, long_idx)
+        return PolicyOutput(
+            action=torch.stack([lat_idx, long_idx], dim=-1),
+            log_prob=torch.stack([logp_lat, logp_long], dim=-1),
+            entropy=torch.stack([ent_lat, ent_long], dim=-1),
+            values=self.value_head(h).float(),
+            logits_long=logits_long,
+            logits_lat=logits_lat,
+        )
+
+    @torch.no_grad()
+    def act(self, obs: dict[str, torch.Tensor], deterministic: bool = False) -> PolicyOutput:
+        """Rollout-time forward without autograd."""
+        return self.forward(obs, deterministic=deterministic)
+
+    def evaluate_actions(self, obs: dict[str, torch.Tensor], actions: torch.Tensor) -> PolicyOutput:
+        """Learner-time forward: log-probs, entropies, values of the given actions [B, 2] (lat, long)."""
+        return self.forward(obs, action=actions)
+
+    def logits(
+        self, obs: dict[str, torch.Tensor], long_idx: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits_long [B, n_long], masked logits_lat [B, n_lat]) with the lateral head conditioned on
+        long_idx [B] (e.g. the expert's bin for IL teacher forcing), or on argmax long when None."""
+        h = self.features(obs)
+        logits_long = self.long_head(h).float()
+        if long_idx is None:
+            long_idx = logits_long.argmax(-1)
+        return logits_long, self._lat_logits(h, long_idx.long()).float()
+
+
+class ExportPolicy(nn.Module):
+    """Tensor-in/tensor-out view of an ActorCritic for torch.export / ONNX: no sampling, no branching.
+
+    forward(obs) -> (action [B, 2] int64 deterministic (lat, long), logits_long [B, n_long],
+    logits_lat_all [B, n_long, n_lat] masked, one row per longitudinal bin, values [B, 2]).
+    """
+
+    def __init__(self, policy: ActorCritic):
+        super().__init__()
+        self.policy = policy
+
+    def forward(self, obs: dict[str, torch.Tensor]):
+        h = self.policy.features(obs)
+        logits_long = self.policy.long_head(h)
+        lat_all = self.policy.lateral_logits_all(h)  # [B, n_long, n_lat]
+        long_idx = logits_long.argmax(-1)  # [B]
+        row = torch.gather(lat_all, 1, long_idx[:, None, None].expand(-1, 1, lat_all.shape[-1]))[:, 0]
+        action = torch.stack([row.argmax(-1), long_idx], dim=-1)
+        return action, logits_long, lat_all, self.policy.value_head(h)
+
+
+# ---- benchmark: python -m policy.network --bench ---------------------------------------------------
+def example_observation_space(
+    n_cams: int = 3, height: int = 64, width: int = 128, parts: tuple[str, ...] = OBS_PARTS
+) -> gym.spaces.Dict:
+    """The env spec's observation space (front3 cameras by default), for benchmarks and examples."""
+    f32 = np.float32
+    all_spaces: dict[str, gym.spaces.Space] = {
+        "cameras": gym.spaces.Box(0, 255, (n_cams, height, width, 3), np.uint8),
+        "ego": gym.spaces.Box(-np.inf, np.inf, (7,), f32),
+        "route": gym.spaces.Box(-np.inf, np.inf, (10, 2), f32),
+        "agents": gym.spaces.Box(-np.inf, np.inf, (8, 8), f32),
+        "agents_mask": gym.spaces.Box(0, 1, (8,), f32),
+        "map": gym.spaces.Box(-np.inf, np.inf, (64, 4), f32),
+        "map_mask": gym.spaces.Box(0, 1, (64,), f32),
+    }
+    keep = set(parts) | {MASK_KEYS[p] for p in parts if p in MASK_KEYS}
+    return gym.spaces.Dict({k: v for k, v in all_spaces.items() if k in keep})
+
+
+def random_obs(space: gym.spaces.Dict, batch: int, generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
+    """A batch of random observations matching ``space`` (masks ~half present)."""
+    obs = {}
+    for key, s in space.spaces.items():
+        shape = (batch, *(s.shape or ()))
+        if s.dtype == np.uint8:
+            obs[key] = torch.randint(0, 256, shape, dtype=torch.uint8, generator=generator)
+        elif key.endswith("_mask"):
+            obs[key] = (torch.rand(shape, generator=generator) > 0.5).float()
+        else:
+            obs[key] = torch.randn(shape, generator=generator)
+    return obs
+
+
+def _bench(batches: tuple[int, ...], repeats: int) -> dict:
+    torch.manual_seed(0)
+    space = example_observation_space()
+    net = ActorCritic(space, ActionSpec(), PolicyConfig())
+    out = {
+        "config": asdict(PolicyConfig()),
+        "parameters": sum(p.numel() for p in net.parameters()),
+        "torch_threads": torch.get_num_threads(),
+    }
+    for b in batches:
+        obs = random_obs(space, b)
+        for _ in range(2):
+            net.act(obs)
+        t0 = time.perf_counter()
+        for _ in range(repeats):
+            net.act(obs)
+        act_ms = (time.perf_counter() - t0) / repeats * 1e3
+        actions = net.act(obs).action
+        for _ in range(2):  # warm-up: the first backward allocates autograd buffers
+            o = net.evaluate_actions(obs, actions)
+            (o.log_prob.sum() + o.values.sum()).backward()
+        t0 = time.perf_counter()
+        for _ in range(repeats):
+            o = net.evaluate_actions(obs, actions)
+            (o.log_prob.sum() + o.values.sum()).backward()
+        train_ms = (time.perf_counter() - t0) / repeats * 1e3
+        out[f"batch_{b}"] = {"act_ms": round(act_ms, 2), "forward_backward_ms": round(train_ms, 2)}
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="ActorCritic figures (parameter count, CPU forward time) as JSON.")
+    parser.add_argument("--bench", action="store_true", help="time act() and a training forward+backward")
+    parser.add_argument("--batches", type=int, nargs="+", default=[8, 64], help="batch sizes to time")
+    parser.add_argument("--repeats", type=int, default=10, help="timed repeats per batch size")
+    parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
+    args = parser.parse_args(argv)
+    if not args.bench:
+        parser.print_help()
+        return
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    print(json.dumps(_bench(tuple(args.batches), args.repeats), indent=2))
+
+
+if __name__ == "__main__":
+    main()
