@@ -38,7 +38,8 @@ from gymnasium import spaces
 
 from envs.actions import ActionSpec, project_feasible
 from envs.config import EnvConfig
-from envs.observation import agent_features, map_features, observation_space, to_ego
+from envs.kernels import first_overlap, nearest_features, nearest_points, route_features
+from envs.observation import observation_space
 from envs.reward import detect_events, first_event, reward_parts, reward_terms
 from envs.suite import ScenarioPool, resolve_scenarios
 
@@ -327,24 +328,20 @@ class DrivingEnv(gym.Env):
 
     def _collisions(self) -> dict:
         """Ego box against the agents (dynamic), the obstacle boxes and the static Gaussians (static)."""
-        from sim.geometry import boxes_overlap
-
         d, cfg, t = self._data, self.config, self._t
         c, yaw, size = self.ego_box()
         out = {"dynamic": False, "static": False, "location": "", "point": np.zeros(2, np.float32)}
         out.update({"with": "", "count": 0})
-        idx = np.flatnonzero(d.agent_present[t])
-        if len(idx):
-            ov = boxes_overlap(c, yaw, size[:2], d.agent_xy[t, idx], d.agent_yaw[t, idx], d.agent_size[idx, :2])
-            if ov.any():
-                j = idx[np.flatnonzero(ov)[0]]
-                p = contact_point(c, yaw, size[:2], d.agent_xy[t, j], d.agent_yaw[t, j], d.agent_size[j, :2])
-                out.update(dynamic=True, point=p, **{"with": d.agent_ids[j]})
+        j = first_overlap(
+            c[0], c[1], yaw, size[0], size[1], d.agent_xy[t], d.agent_yaw[t], d.agent_size, d.agent_present[t]
+        )
+        if j >= 0:
+            p = contact_point(c, yaw, size[:2], d.agent_xy[t, j], d.agent_yaw[t, j], d.agent_size[j, :2])
+            out.update(dynamic=True, point=p, **{"with": d.agent_ids[j]})
         if cfg.static_obstacle_boxes and len(d.obstacle_pose):
             o = d.obstacle_pose
-            ov = boxes_overlap(c, yaw, size[:2], o[:, :2], o[:, 3], d.obstacle_size[:, :2])
-            if ov.any():
-                j = int(np.flatnonzero(ov)[0])
+            j = first_overlap(c[0], c[1], yaw, size[0], size[1], o[:, :2], o[:, 3], d.obstacle_size, d.obstacle_present)
+            if j >= 0:
                 out["static"] = True
                 if not out["dynamic"]:
                     p = contact_point(c, yaw, size[:2], o[j, :2], o[j, 3], d.obstacle_size[j, :2])
@@ -353,12 +350,15 @@ class DrivingEnv(gym.Env):
             lift = cfg.static_lift
             bottom = np.array([[c[0], c[1], self._z + lift]])
             box = np.array([[size[0], size[1], max(size[2] - lift, 0.0)]])
-            counts, means = self._static.hits_in_boxes(bottom, box, np.array([yaw]))
+            cy, sy = math.cos(yaw), math.sin(yaw)
+            rot = np.array([[[cy, -sy, 0.0], [sy, cy, 0.0], [0.0, 0.0, 1.0]]])
+            # the index's kernel without hits_in_boxes' argument checks (these boxes are well formed)
+            counts, sums = self._static._run(bottom, rot, box)
             n = int(counts[0])
             out["count"] = n
             if n >= cfg.static_min_gaussians:
                 if not out["dynamic"] and not out["static"]:
-                    out.update(point=means[0, :2].astype(np.float32), **{"with": "static_gaussians"})
+                    out.update(point=(sums[0, :2] / n).astype(np.float32), **{"with": "static_gaussians"})
                 out["static"] = True
         if out["dynamic"] or out["static"]:
             out["location"] = location_name(out["point"], 0.5 * size[0], 0.5 * size[1])
@@ -367,8 +367,7 @@ class DrivingEnv(gym.Env):
     # -- observation -----------------------------------------------------------------------------
     def _observe(self) -> dict[str, np.ndarray]:
         d, cfg, t = self._data, self.config, self._t
-        yaw, v = self._state[2], self._state[3]
-        ego_xy = self._state[:2]
+        ex, ey, yaw, v = (float(u) for u in self._state)
         obs: dict[str, np.ndarray] = {}
         if cfg.cameras:
             prev = self._obs.get("cameras") if self._obs is not None else None
@@ -379,22 +378,23 @@ class DrivingEnv(gym.Env):
                 dtype=np.float32,
             )
         if cfg.route:
-            s = self._s + cfg.route_spacing * np.arange(1, cfg.route_points + 1)
-            obs["route"] = to_ego(d.path_points(s), ego_xy, math.cos(yaw), math.sin(yaw)).astype(np.float32)
+            route = np.empty((cfg.route_points, 2), np.float32)
+            route_features(ex, ey, yaw, d.path_xy, d.path_s, self._s, cfg.route_spacing, route)
+            obs["route"] = route
         if cfg.agents:
-            idx = np.flatnonzero(d.agent_present[t])
-            xy, ay, sz, vel = d.agent_xy[t, idx], d.agent_yaw[t, idx], d.agent_size[idx], d.agent_vel[t, idx]
-            if cfg.obstacles_as_agents and len(d.obstacle_pose):
-                o = d.obstacle_pose
-                xy = np.concatenate([xy, o[:, :2]])
-                ay = np.concatenate([ay, o[:, 3]])
-                sz = np.concatenate([sz, d.obstacle_size])
-                vel = np.concatenate([vel, np.zeros((len(o), 2))])
-            obs["agents"], obs["agents_mask"] = agent_features(
-                xy, ay, sz, vel, ego_xy, yaw, cfg.max_agents, cfg.agent_radius
-            )
+            feats = np.zeros((cfg.max_agents, 8), np.float32)
+            mask = np.zeros(cfg.max_agents, np.float32)
+            n = d.box_xy.shape[1] if cfg.obstacles_as_agents else d.num_agents
+            nearest_features(
+                ex, ey, yaw, d.box_xy[t, :n], d.box_yaw[t, :n], d.box_size[:n], d.box_vel[t, :n],
+                d.box_present[t, :n], cfg.agent_radius, feats, mask, 0,
+            )  # fmt: skip
+            obs["agents"], obs["agents_mask"] = feats, mask
         if cfg.map:
-            obs["map"], obs["map_mask"] = map_features(d.lane_points, ego_xy, yaw, cfg.map_points, cfg.map_radius)
+            feats = np.zeros((cfg.map_points, 4), np.float32)
+            mask = np.zeros(cfg.map_points, np.float32)
+            nearest_points(ex, ey, yaw, d.lane_points, cfg.map_radius, feats, mask)
+            obs["map"], obs["map_mask"] = feats, mask
         return obs
 
     def world_T_ego(self) -> np.ndarray:

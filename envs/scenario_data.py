@@ -14,8 +14,9 @@ from collections.abc import Callable
 import numpy as np
 
 from envs.actions import ActionSpec, nearest_bins
+from envs.kernels import path_points, project_path
 from sim.frames import wrap_angle
-from sim.geometry import interpolate_polyline, polyline_arclength, project_to_polyline
+from sim.geometry import interpolate_polyline, polyline_arclength
 
 
 class ScenarioData:
@@ -63,11 +64,11 @@ class ScenarioData:
         if len(xy) < 2:  # the expert never moves: a short stub along its heading
             xy = np.concatenate([xy, xy + 1e-3 * np.array([[np.cos(yaw[0]), np.sin(yaw[0])]])])
             yaw, z = np.repeat(yaw, 2), np.repeat(z, 2)
-        self.path_xy = np.ascontiguousarray(xy)
+        self.path_xy = np.ascontiguousarray(xy, dtype=np.float64)
         self.path_s = polyline_arclength(xy)
-        self.path_yaw = yaw
-        self.path_dyaw = wrap_angle(np.diff(yaw))  # [M-1] yaw change along each segment
-        self.path_z = z
+        self.path_yaw = np.ascontiguousarray(yaw, dtype=np.float64)
+        self.path_dyaw = wrap_angle(np.diff(self.path_yaw))  # [M-1] yaw change along each segment
+        self.path_z = np.ascontiguousarray(z, dtype=np.float64)
 
         # agents, steps 0..H
         a_poses, a_size, a_present = sc.agent_arrays()  # [A, T+1, 4], [A, 3], [A, T+1]
@@ -76,7 +77,7 @@ class ScenarioData:
         self.agent_ids = tuple(a.id for a in sc.agents)
         self.agent_xy = np.ascontiguousarray(a_poses[..., :2])
         self.agent_yaw = np.ascontiguousarray(a_poses[..., 3])
-        self.agent_present = a_present
+        self.agent_present = np.ascontiguousarray(a_present, dtype=bool)
         self.agent_size = np.asarray(a_size, dtype=np.float64).reshape(-1, 3)
         self.agent_vel = _velocities(self.agent_xy, a_present, self.dt)
 
@@ -84,6 +85,19 @@ class ScenarioData:
         self.obstacle_ids = tuple(o.id for o in sc.static_obstacles)
         self.obstacle_pose = np.asarray(o_pose, dtype=np.float64).reshape(-1, 4)
         self.obstacle_size = np.asarray(o_size, dtype=np.float64).reshape(-1, 3)
+        # agents then obstacles (stopped, always present): what the agents observation chooses from
+        A, O = len(self.agent_ids), len(self.obstacle_ids)
+        self.box_xy = np.ascontiguousarray(
+            np.concatenate([self.agent_xy, np.broadcast_to(self.obstacle_pose[:, :2], (H + 1, O, 2))], axis=1)
+        )
+        self.box_yaw = np.ascontiguousarray(
+            np.concatenate([self.agent_yaw, np.broadcast_to(self.obstacle_pose[:, 3], (H + 1, O))], axis=1)
+        )
+        self.box_vel = np.ascontiguousarray(np.concatenate([self.agent_vel, np.zeros((H + 1, O, 2))], axis=1))
+        self.box_present = np.ascontiguousarray(np.concatenate([self.agent_present, np.ones((H + 1, O), bool)], axis=1))
+        self.box_size = np.ascontiguousarray(np.concatenate([self.agent_size, self.obstacle_size]))
+        self.num_agents = A
+        self.obstacle_present = np.ones(O, dtype=bool)
 
         self.lane_points = _lane_points(sc.map, map_spacing)  # [L, 3]
         self.lane_polylines = tuple(np.asarray(ln.centerline, dtype=np.float64) for ln in sc.map.lanes)
@@ -101,21 +115,19 @@ class ScenarioData:
         """The ``sim.Scene``, PLYs read through scenarios' per-process cache."""
         return self.scenario.load_scene()
 
-    # -- per-step queries ------------------------------------------------------------------------
-    def project(self, xy: np.ndarray) -> tuple[float, float, float, float]:
+    # -- per-step queries (numba kernels; ``sim.geometry`` is their reference) -------------------
+    def project(self, xy) -> tuple[float, float, float, float]:
         """Nearest point of the expert path to world xy [2]: (distance m, arclength s m, matched
         expert yaw rad, ground z m), yaw and z interpolated along the matched segment."""
-        s, lateral, _ = project_to_polyline(xy, self.path_xy)
-        s = float(s)
-        j = min(max(int(np.searchsorted(self.path_s, s, side="right")) - 1, 0), len(self.path_s) - 2)
-        u = (s - self.path_s[j]) / (self.path_s[j + 1] - self.path_s[j])
-        yaw = self.path_yaw[j] + u * self.path_dyaw[j]
-        z = self.path_z[j] + u * (self.path_z[j + 1] - self.path_z[j])
-        return abs(float(lateral)), s, float(yaw), float(z)
+        return project_path(
+            float(xy[0]), float(xy[1]), self.path_xy, self.path_s, self.path_yaw, self.path_dyaw, self.path_z
+        )
 
     def path_points(self, s: np.ndarray) -> np.ndarray:
         """World xy [P, 2] at arclengths s [P] along the expert path, straight on past its ends."""
-        return interpolate_polyline(self.path_xy, s)[0]
+        out = np.empty((len(s), 2))
+        path_points(self.path_xy, self.path_s, np.asarray(s, dtype=np.float64), out)
+        return out
 
 
 def _velocities(xy: np.ndarray, present: np.ndarray, dt: float) -> np.ndarray:

@@ -119,7 +119,6 @@ class VectorDrivingEnv(VectorEnv):
         super().reset(seed=seeds[0])
         self._seeded = True
         per_env = _split_options(options, N)
-        infos: dict[str, Any] = {}
         requests, infos_i = [], []
         for i, env in enumerate(self.envs):
             env._seeded = True
@@ -128,8 +127,7 @@ class VectorDrivingEnv(VectorEnv):
             requests.append((i, _request(env)))
         reset_infos = dict(enumerate(infos_i))
         self._render_requests(requests, reset_infos=reset_infos)
-        for i in range(N):
-            infos = self._add_info(infos, reset_infos[i], i)
+        infos = merge_infos([reset_infos[i] for i in range(N)], N)
         return self._batch_obs([env._obs for env in self.envs]), infos
 
     # -- step ------------------------------------------------------------------------------------
@@ -189,10 +187,9 @@ class VectorDrivingEnv(VectorEnv):
         if requests:
             self._render_requests(requests, reset_infos=reset_infos)
 
-        infos: dict[str, Any] = {}
+        per_env = []
         for i in range(N):
             if i in final_obs:
-                infos = self._add_info(infos, {"final_obs": final_obs[i], "final_info": step_infos[i]}, i)
                 merged = dict(reset_infos[i])
                 for k in STEP_KEYS:
                     if k in step_infos[i]:
@@ -200,9 +197,11 @@ class VectorDrivingEnv(VectorEnv):
                 errors = [m for m in (step_infos[i].get("error"), reset_infos[i].get("error")) if m]
                 if errors:
                     merged["error"] = " | ".join(errors)
-                infos = self._add_info(infos, merged, i)
+                merged["final_obs"], merged["final_info"] = final_obs[i], step_infos[i]
+                per_env.append(merged)
             else:
-                infos = self._add_info(infos, step_infos[i], i)
+                per_env.append(step_infos[i])
+        infos = merge_infos(per_env, N)
         obs = self._batch_obs([env._obs for env in self.envs])
         return obs, rewards, terminated, truncated, infos
 
@@ -270,6 +269,42 @@ class VectorDrivingEnv(VectorEnv):
 
     def _batch_obs(self, obs_list: list[dict]) -> dict[str, np.ndarray]:
         return {k: np.stack([o[k] for o in obs_list]) for k in self.single_observation_space.spaces}
+
+
+def merge_infos(infos: list[dict], n: int) -> dict[str, Any]:
+    """gymnasium's vector info layout, as ``VectorEnv._add_info`` builds it value by value: for each
+    key, an array over the n sub-envs (numbers and bools by their Python/numpy type, arrays stacked,
+    anything else in an object array, nested dicts likewise) and a ``_key`` bool mask of the
+    sub-envs that have it; ``final_obs`` is an object array of observation dicts. Built one key at
+    a time (a vector step's infos have some 20 keys; per-value insertion cost more than the step)."""
+    out: dict[str, Any] = {}
+    keys: dict[str, None] = {}
+    for info in infos:
+        keys.update(dict.fromkeys(info))
+    for k in keys:
+        have = np.array([k in info for info in infos], dtype=bool)
+        vals = [info.get(k) for info in infos]
+        first = vals[int(np.argmax(have))]
+        if isinstance(first, dict) and k != "final_obs":
+            arr = merge_infos([v if h else {} for v, h in zip(vals, have)], n)
+        elif k != "final_obs" and (type(first) in (int, float, bool) or isinstance(first, np.number)):
+            dtype = type(first)
+            arr = np.array(vals, dtype=dtype) if have.all() else _fill(np.zeros(n, dtype=dtype), vals, have)
+        elif k != "final_obs" and isinstance(first, np.ndarray):
+            if have.all() and all(v.shape == first.shape for v in vals):
+                arr = np.stack(vals).astype(first.dtype, copy=False)
+            else:
+                arr = _fill(np.zeros((n, *first.shape), dtype=first.dtype), vals, have)
+        else:
+            arr = _fill(np.full(n, None, dtype=object), vals, have)
+        out[k], out[f"_{k}"] = arr, have
+    return out
+
+
+def _fill(arr: np.ndarray, vals: list, have: np.ndarray) -> np.ndarray:
+    for i in np.flatnonzero(have):
+        arr[i] = vals[i]
+    return arr
 
 
 def _request(env: DrivingEnv):
