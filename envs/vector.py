@@ -38,7 +38,7 @@ from gymnasium.vector.utils import batch_space
 
 from envs.actions import project_feasible
 from envs.config import EnvConfig
-from envs.driving import DrivingEnv, advance, check_action
+from envs.driving import DrivingEnv, advance, check_action, rgb_to_uint8
 from envs.suite import ScenarioPool, resolve_scenarios
 
 log = logging.getLogger("envs")
@@ -265,7 +265,7 @@ class VectorDrivingEnv(VectorEnv):
         far = max(f for _, _, f in requests)
         r, cfg = self.rig, self.config
         out = render(comps, vms, self._Ks, r.width, r.height, backend=cfg.render_backend, far_plane=far)
-        return out.to_uint8().numpy()
+        return rgb_to_uint8(out.rgb)
 
     def _batch_obs(self, obs_list: list[dict]) -> dict[str, np.ndarray]:
         return {k: np.stack([o[k] for o in obs_list]) for k in self.single_observation_space.spaces}
