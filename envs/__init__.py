@@ -1,7 +1,9 @@
 """The Gymnasium environment: RAD's actions, rewards and termination over 3DGS digital twins.
 
-Importing ``envs`` registers ``SplatDrive-v0`` (``gymnasium.make("SplatDrive-v0", config=...)``)
-and nothing heavier: the env classes (and torch, numba, the renderers) load on first use.
+Importing ``envs`` registers ``SplatDrive-v0`` -- ``gymnasium.make("SplatDrive-v0", config=...)``
+gives a :class:`DrivingEnv`, ``gymnasium.make_vec("SplatDrive-v0", num_envs=8, config=...)`` a
+:class:`VectorDrivingEnv` -- and does nothing heavier: the env classes (and torch, numba, the
+renderers) load on first use.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ if TYPE_CHECKING:
 ENV_ID = "SplatDrive-v0"
 
 if ENV_ID not in gym.registry:
-    gym.register(id=ENV_ID, entry_point="envs.driving:DrivingEnv")
+    # gym.make -> DrivingEnv; gym.make_vec -> VectorDrivingEnv (one render call for all sub-envs)
+    gym.register(id=ENV_ID, entry_point="envs.driving:DrivingEnv", vector_entry_point="envs.vector:VectorDrivingEnv")
 
 __all__ = [
     "ENV_ID",

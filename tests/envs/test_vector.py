@@ -173,3 +173,10 @@ def test_render_failure_is_pinned_on_its_sub_env(plain, lead, monkeypatch):
     assert trunc.tolist() == [False, True, False]
     assert "renderer choked" in infos["error"][1]
     assert infos["scenario"][1] == "plain"  # lead cannot render now: the reset drew plain after it failed
+
+
+def test_make_vec_gives_the_batched_env(plain):
+    venv = gym.make_vec("SplatDrive-v0", num_envs=2, config=FAST, scenarios=[plain])
+    assert isinstance(venv, VectorDrivingEnv) and venv.num_envs == 2
+    obs, _ = venv.reset(seed=0)
+    assert obs["cameras"].shape == (2, 3, 16, 32, 3)
