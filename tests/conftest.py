@@ -9,6 +9,16 @@ import pytest
 os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(os.path.dirname(os.path.dirname(__file__)), ".cache", "numba"))
 
 
+# Two cores: one torch thread per test process keeps small tensor work from thrashing
+# (tests that need more set it themselves).
+try:
+    import torch
+
+    torch.set_num_threads(1)
+except ImportError:
+    pass
+
+
 def _has_cuda() -> bool:
     try:
         import torch

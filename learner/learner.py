@@ -1,0 +1,371 @@
+"""The learner: PPO with RAD's per-dimension clipping and imitation rounds, on one or N processes.
+
+A plain class (``Learner``) holding the policy, the optimizer and the counters; ``LearnerGroup``
+runs it in this process (N = 1) or as N Ray actors that all-reduce gradients over a
+``torch.distributed`` group (gloo on CPU, NCCL on GPU). Every rank gets the whole batch and takes
+its own slice of every minibatch; advantages are normalised over the whole minibatch before slicing
+and gradients are averaged, so N learners take exactly the steps one would (up to float rounding).
+The loss of one minibatch is ``loss_fn`` (overridable, RLlib style); a non-finite loss skips the
+step on every rank and is counted.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+import math
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from learner.losses import directional_aux_loss, il_loss, normalize_advantages, ppo_loss
+from rollout.gae import gae
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LearnerSettings:
+    """What a learner needs from the training config (plain data: it travels to Ray actors)."""
+
+    lr: float = 3e-4
+    lr_final_fraction: float = 0.1  # linear decay to lr * this over total_updates
+    total_updates: int = 1000  # optimizer-step horizon of the LR schedule
+    adam_eps: float = 1e-5
+    gamma: float = 0.9
+    lam: float = 0.95
+    clip_lateral: float = 0.1
+    clip_longitudinal: float = 0.2
+    value_clip: float | None = None
+    ent_coef: float = 0.01
+    vf_coef: float = 0.5
+    max_grad_norm: float = 0.5
+    epochs: int = 4
+    minibatches: int = 4
+    aux_weights: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
+    il_batch_size: int = 128
+    il_focal_gamma: float = 0.0
+    il_weight: float = 0.0  # > 0: add il_weight * IL loss to every PPO minibatch (the weighted-sum mode)
+    max_consecutive_skips: int = 20  # non-finite losses in a row before the learner gives up
+    seed: int = 0
+    device: str = "cpu"
+
+
+class NonFiniteLoss(RuntimeError):
+    """Losses kept coming out NaN/Inf: training stops, the last good checkpoint stays as it is."""
+
+
+def _flatten(batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """[T, B, ...] -> [T * B, ...] for every entry."""
+    return {k: v.reshape(-1, *v.shape[2:]) for k, v in batch.items()}
+
+
+def _obs(batch: Mapping[str, torch.Tensor], idx: torch.Tensor | slice) -> dict[str, torch.Tensor]:
+    return {k[4:]: v[idx] for k, v in batch.items() if k.startswith("obs.")}
+
+
+class Learner:
+    """Policy + optimizer + counters; ``update_rl`` (PPO epochs) and ``update_il`` (imitation)."""
+
+    def __init__(self, policy: torch.nn.Module, settings: LearnerSettings, rank: int = 0, world_size: int = 1):
+        self.s = settings
+        self.rank, self.world_size = rank, world_size
+        self.device = torch.device(settings.device)
+        self.policy = policy.to(self.device)
+        self.opt = torch.optim.Adam(self.policy.parameters(), lr=settings.lr, eps=settings.adam_eps)
+        self.updates = 0  # optimizer steps taken
+        self.stage: str | None = None  # the LR schedule restarts when the stage changes
+        self.schedule_start = 0  # updates count where the current schedule began
+        self.skipped = 0  # non-finite losses skipped, in all
+        self.consecutive_skips = 0
+        self.gen = torch.Generator().manual_seed(settings.seed)
+
+    # -- schedule and state ------------------------------------------------------------------------
+    def lr_now(self) -> float:
+        frac = min(1.0, (self.updates - self.schedule_start) / max(1, self.s.total_updates))
+        return self.s.lr * (1.0 - frac * (1.0 - self.s.lr_final_fraction))
+
+    def set_settings(self, settings: LearnerSettings, stage: str | None = None) -> None:
+        """New hyperparameters (a stage change: IL pre-training -> PPO+IL); a new stage restarts the LR
+        schedule, the same stage (a resume) keeps its place in it."""
+        self.s = settings
+        if stage != self.stage:
+            self.stage = stage
+            self.schedule_start = self.updates
+
+    def state(self) -> dict[str, Any]:
+        return dict(
+            policy=self.weights(),
+            optimizer=copy.deepcopy(self.opt.state_dict()),  # a snapshot, not the live moments
+            counters=dict(
+                updates=self.updates, skipped=self.skipped, stage=self.stage, schedule_start=self.schedule_start
+            ),
+            generator=self.gen.get_state(),
+        )
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        self.policy.load_state_dict(state["policy"])
+        if state.get("optimizer") is not None:
+            self.opt.load_state_dict(state["optimizer"])
+        c = state.get("counters", {})
+        self.updates = int(c.get("updates", 0))
+        self.skipped = int(c.get("skipped", 0))
+        self.stage = c.get("stage", self.stage)
+        self.schedule_start = int(c.get("schedule_start", 0))
+        if state.get("generator") is not None:
+            self.gen.set_state(state["generator"])
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        """A copy of the policy's state (weights and normalisation buffers), on CPU."""
+        return {k: v.detach().cpu().clone() for k, v in self.policy.state_dict().items()}
+
+    # -- distributed helpers -----------------------------------------------------------------------
+    def _all_ok(self, ok: bool) -> bool:
+        if self.world_size == 1:
+            return ok
+        import torch.distributed as dist
+
+        flag = torch.tensor([0.0 if ok else 1.0], device=self.device)
+        dist.all_reduce(flag)
+        return float(flag) == 0.0
+
+    def _average_grads(self) -> None:
+        if self.world_size == 1:
+            return
+        import torch.distributed as dist
+
+        grads = [p.grad for p in self.policy.parameters() if p.grad is not None]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat)
+        flat /= self.world_size
+        o = 0
+        for g in grads:
+            n = g.numel()
+            g.copy_(flat[o : o + n].view_as(g))
+            o += n
+
+    def _shard(self, idx: torch.Tensor) -> torch.Tensor:
+        """This rank's contiguous slice of a minibatch's indices."""
+        if self.world_size == 1:
+            return idx
+        return idx.tensor_split(self.world_size)[self.rank]
+
+    def _step(self, loss: torch.Tensor, terms: Mapping[str, torch.Tensor]) -> bool:
+        ok = self._all_ok(bool(torch.isfinite(loss)) and all(bool(torch.isfinite(t).all()) for t in terms.values()))
+        if not ok:
+            self.skipped += 1
+            self.consecutive_skips += 1
+            log.warning("non-finite loss: step skipped (%d in a row, %d in all)", self.consecutive_skips, self.skipped)
+            if self.consecutive_skips >= self.s.max_consecutive_skips:
+                raise NonFiniteLoss(
+                    f"{self.consecutive_skips} non-finite losses in a row ({self.skipped} in all): stopping; "
+                    "the last committed checkpoint is intact"
+                )
+            return False
+        self.consecutive_skips = 0
+        for g in self.opt.param_groups:
+            g["lr"] = self.lr_now()
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self._average_grads()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.s.max_grad_norm)
+        if not torch.isfinite(grad_norm):
+            self.opt.zero_grad(set_to_none=True)
+            self.skipped += 1
+            return False
+        self.opt.step()
+        self.updates += 1
+        return True
+
+    # -- the loss (one minibatch) --------------------------------------------------------------------
+    def loss_fn(
+        self, mb: Mapping[str, torch.Tensor], demo: Mapping[str, torch.Tensor] | None
+    ) -> dict[str, torch.Tensor]:
+        """PPO (+ directional aux, + weighted IL) on one minibatch shard. Advantages arrive normalised."""
+        s = self.s
+        out = self.policy.evaluate_actions(_obs(mb, slice(None)), mb["actions"])
+        terms = ppo_loss(
+            out.log_prob,
+            mb["logp"],
+            mb["adv"],
+            (s.clip_lateral, s.clip_longitudinal),
+            new_values=out.values,
+            returns=mb["returns"],
+            old_values=mb["values"],
+            value_clip=s.value_clip,
+            entropy=out.entropy,
+            ent_coef=s.ent_coef,
+            vf_coef=s.vf_coef,
+            norm_adv=False,
+        )
+        loss = terms["loss"]
+        if any(w != 0.0 for w in s.aux_weights):
+            aux = directional_aux_loss(
+                out.logits_long, out.logits_lat, mb["actions"], mb["adv"], mb["aux_flags"], s.aux_weights
+            )
+            loss = loss + aux.pop("loss")
+            terms.update(aux)
+        if demo is not None and s.il_weight > 0.0:
+            il = self._il_terms(demo)
+            loss = loss + s.il_weight * il.pop("loss")
+            terms.update(il)
+        terms["loss"] = loss
+        return terms
+
+    def _il_terms(self, demo: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        labels = demo["labels"]
+        logits_long, logits_lat = self.policy.logits(_obs(demo, slice(None)), long_idx=labels[:, 1])
+        return il_loss(logits_long, logits_lat, labels[:, 0], labels[:, 1], self.s.il_focal_gamma)
+
+    # -- updates -----------------------------------------------------------------------------------
+    def advantages(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """GAE per reward part over a [T, B] batch (bootstrapped on truncation)."""
+        return gae(
+            batch["rewards"].float(),
+            batch["values"].float(),
+            batch["next_values"].float(),
+            batch["terminated"].bool(),
+            batch["truncated"].bool(),
+            self.s.gamma,
+            self.s.lam,
+        )
+
+    def update_rl(self, batch: Mapping[str, torch.Tensor], demos: Mapping[str, torch.Tensor] | None = None) -> dict:
+        """PPO epochs over a [T, B] batch (the gathered fragments). Returns mean diagnostics."""
+        s = self.s
+        self.policy.train()
+        adv, ret = self.advantages(batch)
+        self.policy.update_obs_stats({k[4:]: v for k, v in batch.items() if k.startswith("obs.")})
+        flat = _flatten({**batch, "adv": adv, "returns": ret})
+        flat = {k: v.to(self.device) for k, v in flat.items()}
+        N = flat["actions"].shape[0]
+        mb_size = max(self.world_size, math.ceil(N / s.minibatches))
+        sums: dict[str, float] = {}
+        count = 0
+        for _ in range(s.epochs):
+            perm = torch.randperm(N, generator=self.gen)
+            for start in range(0, N, mb_size):
+                idx = perm[start : start + mb_size]
+                # normalise over the whole minibatch, then take this rank's slice
+                adv_n = normalize_advantages(flat["adv"][idx])
+                mine = self._shard(torch.arange(len(idx)))
+                mb = {k: v[idx][mine] for k, v in flat.items()}
+                mb["adv"] = adv_n[mine]
+                demo = self._demo_batch(demos) if (demos is not None and s.il_weight > 0) else None
+                terms = self.loss_fn(mb, demo)
+                # a rank's mean is over its slice: weight it by the slice's share, so the averaged
+                # gradient is the whole minibatch's even when the slices differ in size
+                terms["loss"] = terms["loss"] * (len(mine) * self.world_size / len(idx))
+                if self._step(terms["loss"], terms):
+                    count += 1
+                    for k, v in terms.items():
+                        if k != "loss":
+                            sums[k] = sums.get(k, 0.0) + float(v)
+        out = {k: v / max(count, 1) for k, v in sums.items()}
+        with torch.no_grad():
+            y, yhat = ret.reshape(-1, 2), batch["values"].float().reshape(-1, 2)
+            var = y.var(dim=0)
+            ev = 1.0 - (y - yhat).var(dim=0) / var.clamp_min(1e-8)
+            out["losses/explained_variance"] = float(torch.where(var > 1e-8, ev, torch.zeros_like(ev)).mean())
+        out.update(self._counters())
+        return out
+
+    def _demo_batch(self, demos: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        n = demos["labels"].shape[0]
+        idx = torch.randint(0, n, (self.s.il_batch_size,), generator=self.gen)
+        idx = self._shard(idx)
+        return {k: v[idx].to(self.device) for k, v in demos.items()}
+
+    def update_il(self, demos: Mapping[str, torch.Tensor], steps: int) -> dict:
+        """``steps`` imitation minibatches (cross-entropy on the expert's bins) from the demonstrations."""
+        self.policy.train()
+        self.policy.update_obs_stats({k[4:]: v for k, v in demos.items() if k.startswith("obs.")})
+        sums: dict[str, float] = {}
+        count = 0
+        for _ in range(steps):
+            terms = self._il_terms(self._demo_batch(demos))
+            if self._step(terms["loss"], terms):
+                count += 1
+                for k, v in terms.items():
+                    if k != "loss":
+                        sums[k] = sums.get(k, 0.0) + float(v)
+        out = {k: v / max(count, 1) for k, v in sums.items()}
+        out.update(self._counters())
+        return out
+
+    def _counters(self) -> dict:
+        return {"charts/learning_rate": self.lr_now(), "charts/skipped_steps": float(self.skipped)}
+
+
+# --------------------------------------------------------------------------------------------------
+# N learners on Ray
+# --------------------------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LearnerWorker:
+    """A Learner inside a Ray actor, joined to a torch.distributed group."""
+
+    def __init__(self, build_policy, settings: LearnerSettings, rank: int, world_size: int, addr: str, port: int):
+        import torch.distributed as dist
+
+        torch.set_num_threads(max(1, int(os.environ.get("SPLATDRIVE_LEARNER_THREADS", "1"))))
+        backend = "nccl" if settings.device.startswith("cuda") else "gloo"
+        dist.init_process_group(backend, init_method=f"tcp://{addr}:{port}", rank=rank, world_size=world_size)
+        torch.manual_seed(settings.seed)
+        self.learner = Learner(build_policy(), settings, rank, world_size)
+
+    def call(self, method: str, *args, **kwargs):
+        return getattr(self.learner, method)(*args, **kwargs)
+
+
+class LearnerGroup:
+    """``num_learners`` Learners: in this process for 1, else Ray actors all-reducing gradients."""
+
+    def __init__(self, build_policy, settings: LearnerSettings, num_learners: int = 1, gpus_per_learner: float = 0.0):
+        self.n = int(num_learners)
+        if self.n < 1:
+            raise ValueError(f"num_learners must be >= 1, got {num_learners}")
+        if self.n == 1:
+            torch.manual_seed(settings.seed)
+            self.local = Learner(build_policy(), settings)
+            self.actors = []
+            return
+        import ray
+
+        self._ray = ray
+        self.local = None
+        addr = ray.util.get_node_ip_address()
+        port = free_port()
+        cls = ray.remote(LearnerWorker)
+        opts: dict[str, Any] = dict(num_cpus=1)
+        if gpus_per_learner:
+            opts["num_gpus"] = gpus_per_learner
+            settings = dataclasses.replace(settings, device="cuda")
+        self.actors = [cls.options(**opts).remote(build_policy, settings, r, self.n, addr, port) for r in range(self.n)]
+
+    def call(self, method: str, *args, **kwargs):
+        """Run a Learner method on every rank; returns rank 0's result."""
+        if self.local is not None:
+            return getattr(self.local, method)(*args, **kwargs)
+        ray = self._ray
+        refs = [ray.put(a) if isinstance(a, dict) else a for a in args]
+        return ray.get([w.call.remote(method, *refs, **kwargs) for w in self.actors])[0]
+
+    def shutdown(self) -> None:
+        for a in self.actors:
+            try:
+                self._ray.kill(a)
+            except Exception:
+                pass
+        self.actors = []

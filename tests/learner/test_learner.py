@@ -1,0 +1,141 @@
+"""The learner: PPO and IL updates on fixed batches, the NaN guard, and N learners = 1 learner."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from envs.actions import ActionSpec
+from learner.learner import Learner, LearnerGroup, LearnerSettings, NonFiniteLoss
+from policy.network import ActorCritic, PolicyConfig, example_observation_space, random_obs
+
+SPACE = example_observation_space(n_cams=1, height=16, width=32)
+SPEC = ActionSpec()
+PCFG = PolicyConfig()
+
+
+def make_policy():
+    return ActorCritic(SPACE, SPEC, PCFG)
+
+
+def fixed_batch(T=8, B=4, seed=0, nan=False):
+    g = torch.Generator().manual_seed(seed)
+    obs = random_obs(SPACE, T * B, generator=g)
+    batch = {f"obs.{k}": v.reshape(T, B, *v.shape[1:]) for k, v in obs.items()}
+    feas = torch.as_tensor(np.array(SPEC.mask))  # [n_long, n_lat]
+    long_idx = torch.randint(8, 61, (T, B), generator=g)
+    lat_idx = torch.full((T, B), 30)
+    batch["actions"] = torch.stack([lat_idx, long_idx], -1)
+    assert bool(feas[long_idx, lat_idx].all())
+    batch["logp"] = torch.full((T, B, 2), -4.0)
+    batch["values"] = torch.zeros(T, B, 2)
+    batch["next_values"] = torch.zeros(T, B, 2)
+    rewards = torch.zeros(T, B, 2)
+    rewards[T - 1, :2, 1] = -1.0  # two dynamic collisions at the end
+    if nan:
+        rewards[:, :, 0] = float("nan")  # every minibatch sees it
+    batch["rewards"] = rewards
+    term = torch.zeros(T, B, dtype=torch.bool)
+    term[T - 1, :2] = True
+    batch["terminated"] = term
+    batch["truncated"] = torch.zeros(T, B, dtype=torch.bool)
+    batch["aux_flags"] = torch.zeros(T, B, 4, dtype=torch.bool)
+    return batch
+
+
+def demos(n=64, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    obs = random_obs(SPACE, n, generator=g)
+    d = {f"obs.{k}": v for k, v in obs.items()}
+    d["labels"] = torch.stack([torch.full((n,), 30), torch.full((n,), 40)], -1)
+    return d
+
+
+SETTINGS = LearnerSettings(epochs=2, minibatches=2, il_batch_size=32, seed=3)
+
+
+def test_ppo_update_moves_the_policy_and_reports_cleanrl_names():
+    torch.manual_seed(0)
+    learner = Learner(make_policy(), SETTINGS)
+    before = {k: v.clone() for k, v in learner.weights().items()}
+    m = learner.update_rl(fixed_batch())
+    assert learner.updates == 4  # 2 epochs x 2 minibatches
+    for k in ("losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl", "losses/clipfrac"):
+        assert k in m and np.isfinite(m[k])
+    after = learner.weights()
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+
+
+def test_il_rounds_fit_the_expert_bins():
+    torch.manual_seed(0)
+    learner = Learner(make_policy(), dataclasses.replace(SETTINGS, lr=3e-3))
+    d = demos()
+    first = learner.update_il(d, 1)["losses/il_loss"]
+    for _ in range(10):
+        last = learner.update_il(d, 5)
+    assert last["losses/il_loss"] < 0.5 * first
+    assert last["il/accuracy_long"] > 0.9 and last["il/accuracy_lat"] > 0.9
+
+
+def test_nan_losses_are_skipped_then_stop_the_run():
+    torch.manual_seed(0)
+    learner = Learner(make_policy(), dataclasses.replace(SETTINGS, max_consecutive_skips=3))
+    before = {k: v.clone() for k, v in learner.weights().items()}
+    with pytest.raises(NonFiniteLoss, match="non-finite"):
+        learner.update_rl(fixed_batch(nan=True))
+    assert learner.skipped == 3 and learner.updates == 0 and learner.consecutive_skips == 3
+    after = learner.weights()
+    # parameters untouched (normalisation buffers may have seen the batch)
+    for k, v in before.items():
+        if "norms" not in k:
+            assert torch.equal(v, after[k]), k
+
+
+def test_state_round_trip_gives_identical_next_steps():
+    torch.manual_seed(0)
+    a = Learner(make_policy(), SETTINGS)
+    a.update_rl(fixed_batch(seed=1))
+    state = a.state()
+    b = Learner(make_policy(), SETTINGS)
+    b.load_state(state)
+    a.update_rl(fixed_batch(seed=2))
+    b.update_rl(fixed_batch(seed=2))
+    for k, v in a.weights().items():
+        assert torch.equal(v, b.weights()[k]), k
+
+
+def test_lr_schedule_restarts_per_stage():
+    learner = Learner(make_policy(), dataclasses.replace(SETTINGS, lr=1e-3, total_updates=10, lr_final_fraction=0.1))
+    learner.set_settings(learner.s, "il")
+    assert learner.lr_now() == pytest.approx(1e-3)
+    learner.updates = 5
+    assert learner.lr_now() == pytest.approx(1e-3 * (1 - 0.5 * 0.9))
+    learner.set_settings(dataclasses.replace(learner.s, lr=2e-4), "rl")
+    assert learner.lr_now() == pytest.approx(2e-4)  # a new stage starts its schedule afresh
+    learner.set_settings(learner.s, "rl")
+    learner.updates = 15
+    assert learner.lr_now() == pytest.approx(2e-4 * (1 - 1.0 * 0.9))
+
+
+@pytest.mark.slow
+def test_two_learners_equal_one(ray_session):
+    """Data-parallel: 2 Ray learners (gloo all-reduce) end with the weights of 1 learner, to 1e-5."""
+    batch = fixed_batch(T=8, B=4, seed=5)
+    torch.manual_seed(0)
+    one = LearnerGroup(make_policy, SETTINGS, num_learners=1)
+    init = one.call("weights")
+    two = LearnerGroup(make_policy, SETTINGS, num_learners=2)
+    try:
+        two.call("load_state", {"policy": init})
+        one.call("update_rl", batch)
+        two.call("update_rl", batch)
+        w1, w2 = one.call("weights"), two.call("weights")
+        worst = max(float((w1[k].float() - w2[k].float()).abs().max()) for k in w1)
+        assert worst < 1e-5
+        # and the weights really moved
+        assert max(float((w1[k].float() - init[k].float()).abs().max()) for k in w1) > 1e-4
+    finally:
+        two.shutdown()
