@@ -1,0 +1,112 @@
+"""The training run's config: one frozen dataclass per component, nested in ``TrainConfig``.
+
+Defaults are the embedded main job: the built-in scenarios, local Ray, the CPU renderer, IL then
+PPO+IL in about ten minutes on two cores. ``python -m learner.train --help`` lists every key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim.configs import field
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    num_actors: int = field(2, help="rollout actors (Ray); 0 runs one worker in the driver process (serial mode)")
+    envs_per_actor: int = field(4, help="environments each actor steps together (one render call for all)")
+    fragment_length: int = field(32, help="steps per fragment (T); a fragment is [T, envs_per_actor]")
+    cpus_per_actor: float = field(1.0, help="Ray CPUs each rollout actor asks for")
+    gpus_per_actor: float = field(0.0, help="fraction of a GPU per rollout actor (gsplat renders there)")
+    threads_per_actor: int = field(1, help="torch and renderer threads inside an actor")
+    max_restarts: int = field(100, help="replacements of crashed actors per slot before giving up")
+    timeout_s: float = field(900.0, help="longest wait for one round of fragments")
+
+    def __post_init__(self):
+        if self.num_actors < 0 or self.envs_per_actor < 1 or self.fragment_length < 1:
+            raise ValueError("rollout: num_actors >= 0, envs_per_actor >= 1 and fragment_length >= 1 are required")
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    gamma: float = field(0.9, help="discount (RAD: 0.9)")
+    lam: float = field(0.95, help="GAE lambda (RAD: 0.95)")
+    clip_lateral: float = field(0.1, help="PPO clip range of the lateral action (RAD: 0.1)")
+    clip_longitudinal: float = field(0.2, help="PPO clip range of the longitudinal action (RAD: 0.2)")
+    value_clip: float | None = field(None, help="clip range of the value loss (None: unclipped)")
+    epochs: int = field(4, help="passes over each batch")
+    minibatches: int = field(4, help="minibatches per pass")
+    lr: float = field(3e-4, help="Adam learning rate")
+    lr_final_fraction: float = field(0.3, help="linear decay of the learning rate to lr * this by the run's end")
+    ent_coef: float = field(0.005, help="entropy bonus")
+    vf_coef: float = field(0.5, help="value loss weight")
+    max_grad_norm: float = field(0.5, help="gradient clipping by global norm")
+    aux_front: float = field(0.0, help="RAD directional loss weight: brake after a front collision")
+    aux_rear: float = field(0.0, help="RAD directional loss weight: speed up after a rear collision")
+    aux_left: float = field(0.0, help="RAD directional loss weight: steer right after drifting left")
+    aux_right: float = field(0.0, help="RAD directional loss weight: steer left after drifting right")
+    max_consecutive_skips: int = field(20, help="non-finite losses in a row that stop the run")
+
+
+@dataclass(frozen=True)
+class ILConfig:
+    pretrain_iterations: int = field(60, help="IL (planning pre-training) iterations of stage il")
+    steps_per_iteration: int = field(20, help="IL minibatches per IL iteration / IL round")
+    batch_size: int = field(128, help="demonstration minibatch size")
+    mode: str = field("alternate", help="PPO+IL mixing: 'alternate' rounds (RAD) or 'weighted' sum")
+    rl_rounds: int = field(4, help="alternate mode: RL rounds per cycle (RAD's best RL:IL = 4:1)")
+    il_rounds: int = field(1, help="alternate mode: IL rounds per cycle")
+    weight: float = field(0.5, help="weighted mode: IL loss weight added to every PPO minibatch")
+    focal_gamma: float = field(0.0, help="focal loss gamma (0: cross-entropy)")
+    lr: float = field(1e-3, help="learning rate of stage il")
+
+    def __post_init__(self):
+        if self.mode not in ("alternate", "weighted"):
+            raise ValueError(f"il.mode must be 'alternate' or 'weighted', got {self.mode!r}")
+        if self.rl_rounds < 0 or self.il_rounds < 0 or self.rl_rounds + self.il_rounds == 0:
+            raise ValueError("il: rl_rounds and il_rounds must be >= 0 and not both 0")
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    suite: str = field("builtin-val", help="scenarios for periodic evaluation (deterministic policy)")
+    every: int = field(10, help="evaluate every N RL iterations (0: only at stage ends)")
+    num_envs: int = field(4, help="environments stepped together during evaluation")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    run: str = field("", help="run name (default: a new timestamped name); rerunning a name resumes it")
+    store: str = field("runs", help="checkpoint store: a path, file://..., or s3://bucket/prefix")
+    stage: str = field("il+rl", help="'il' (planning pre-training), 'rl' (PPO+IL from an IL checkpoint), 'il+rl'")
+    init_from: str = field("", help="stage rl: IL checkpoint to start from (a run name in the store, or run@version)")
+    suite: str = field("builtin-train", help="training scenarios: a built-in suite, a folder or a scenario file")
+    seed: int = field(0, help="seed of everything")
+    iterations: int = field(40, help="RL iterations (rounds of rollout + update) of stage rl")
+    checkpoint_every: int = field(10, help="commit a checkpoint every N iterations")
+    keep_last: int = field(3, help="checkpoints kept (plus the best by evaluation)")
+    num_learners: int = field(1, help="data-parallel learners (Ray actors all-reducing gradients when > 1)")
+    gpus_per_learner: float = field(0.0, help="GPUs per learner (NCCL when > 0)")
+    ray_address: str = field("", help="Ray cluster to join ('' : RAY_ADDRESS or a local instance)")
+    ray_num_cpus: int = field(0, help="CPUs of the local Ray instance (0: all)")
+    env: dict = field({}, help="environment overrides (envs.EnvConfig keys), e.g. env.cameras=false")
+    policy: dict = field({}, help="network overrides (policy.network.PolicyConfig keys)")
+    rollout: RolloutConfig = field(RolloutConfig(), help="rollout actors")
+    ppo: PPOConfig = field(PPOConfig(), help="PPO")
+    il: ILConfig = field(ILConfig(), help="imitation")
+    eval: EvalConfig = field(EvalConfig(), help="periodic evaluation")
+    tensorboard: bool = field(True, help="write TensorBoard event files in the run folder")
+    mlflow: bool = field(False, help="log to MLflow too (also on when MLFLOW_TRACKING_URI is set)")
+    out: str = field("runs", help="local folder for logs, TensorBoard and reports")
+
+    def __post_init__(self):
+        if self.stage not in ("il", "rl", "il+rl"):
+            raise ValueError(f"stage must be 'il', 'rl' or 'il+rl', got {self.stage!r}")
+        if self.iterations < 0 or self.checkpoint_every < 1 or self.keep_last < 1:
+            raise ValueError("iterations >= 0, checkpoint_every >= 1 and keep_last >= 1 are required")
+        from envs.config import EnvConfig
+        from policy.network import PolicyConfig
+        from sim.configs import from_dict
+
+        EnvConfig.from_dict(self.env)  # unknown keys are errors now, not an hour into the run
+        from_dict(PolicyConfig, self.policy)

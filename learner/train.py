@@ -1,0 +1,484 @@
+"""``python -m learner.train``: the training driver, and the Ray job entrypoint.
+
+    python -m learner.train                                    # the embedded default: IL, then PPO+IL
+    python -m learner.train --run my-run rollout.num_actors=4 iterations=200
+    python -m learner.train --config run.yaml --store s3://bucket/runs
+    ray job submit --working-dir . -- python -m learner.train --store s3://bucket/runs --run r1
+
+One iteration: policy weights to the rollout actors (one ``ray.put``), fixed-length fragments back
+(``ray.wait``), GAE per reward part, PPO epochs on the learner(s); IL rounds on demonstrations
+rendered along the experts' paths alternate with RL rounds (RAD's 4:1) or join them as a weighted
+sum. Checkpoints go to the store in the background every ``checkpoint_every`` iterations;
+rerunning the same ``--run`` resumes from the latest committed one (weights, optimizer, RNG,
+counters); a second driver on the same run is refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import random
+import socket
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from learner import checkpoint as ckpt_io
+from learner.config import TrainConfig
+from learner.learner import LearnerGroup, LearnerSettings, NonFiniteLoss
+from learner.tracking import Tracker
+from rollout.fragment import stack_time
+from rollout.group import ActorResources, RolloutGroup
+from rollout.worker import WorkerSpec, build_policy, to_torch
+from sim.configs import parse_cli, to_dict
+
+log = logging.getLogger("learner.train")
+
+
+@dataclass
+class TrainResult:
+    run: str
+    folder: Path
+    store_uri: str
+    state: ckpt_io.TrainState
+    last_version: int | None
+
+
+def default_run_name() -> str:
+    return time.strftime("run-%Y%m%d-%H%M%S")
+
+
+def learner_settings(cfg: TrainConfig, total_updates: int, lr: float) -> LearnerSettings:
+    p, il = cfg.ppo, cfg.il
+    return LearnerSettings(
+        lr=lr,
+        lr_final_fraction=p.lr_final_fraction,
+        total_updates=max(1, total_updates),
+        gamma=p.gamma,
+        lam=p.lam,
+        clip_lateral=p.clip_lateral,
+        clip_longitudinal=p.clip_longitudinal,
+        value_clip=p.value_clip,
+        ent_coef=p.ent_coef,
+        vf_coef=p.vf_coef,
+        max_grad_norm=p.max_grad_norm,
+        epochs=p.epochs,
+        minibatches=p.minibatches,
+        aux_weights=(p.aux_front, p.aux_rear, p.aux_left, p.aux_right),
+        il_batch_size=il.batch_size,
+        il_focal_gamma=il.focal_gamma,
+        il_weight=il.weight if il.mode == "weighted" else 0.0,
+        max_consecutive_skips=p.max_consecutive_skips,
+        seed=cfg.seed,
+        device="cuda" if cfg.gpus_per_learner > 0 else "cpu",
+    )
+
+
+def _init_ray(cfg: TrainConfig) -> bool:
+    """Join a cluster (ray job submit sets RAY_ADDRESS) or start a local instance; True if we started it."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    address = cfg.ray_address or os.environ.get("RAY_ADDRESS") or None
+    kwargs: dict[str, Any] = dict(log_to_driver=True, configure_logging=False)
+    if address:
+        ray.init(address=address, **kwargs)
+        return True
+    kwargs.update(include_dashboard=False)
+    if cfg.ray_num_cpus:
+        kwargs["num_cpus"] = cfg.ray_num_cpus
+    # rollout actors hold a CPU each; the driver (learner, evaluation) runs beside them
+    ray.init(**kwargs)
+    return True
+
+
+class Trainer:
+    """One training run; ``run()`` does it all. Split in methods so tests can drive parts of it."""
+
+    def __init__(self, cfg: TrainConfig):
+        self.cfg = cfg
+        self.name = cfg.run or default_run_name()
+        self.folder = Path(cfg.out) / self.name
+        self.config_dict = to_dict(dataclasses.replace(cfg, run=self.name))
+        self.group: RolloutGroup | None = None
+        self.learners: LearnerGroup | None = None
+        self.lease = None
+        self.committer = None
+        self._ray_started = False
+
+    # -- set-up ------------------------------------------------------------------------------------
+    def open_store(self):
+        from learner.store import AsyncCommitter, CheckpointStore
+
+        self.store = CheckpointStore(self.cfg.store)
+        self.rs = self.store.run(self.name)
+        owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.lease = self.rs.acquire(owner)  # RunLocked if another driver writes this run
+        self.rs.cleanup()  # half-written versions of a crashed earlier driver
+        self.committer = AsyncCommitter(self.rs, max_pending=2, on_commit=self._on_commit)
+
+    def _on_commit(self, version: int, meta: dict) -> None:
+        log.info("checkpoint %d committed to %s", version, self.rs.uri)
+        try:
+            self.rs.retain(self.cfg.keep_last, keep_best=1, metric="val/CR", mode="min")
+        except Exception as e:  # retention is housekeeping: never fatal
+            log.warning("retention failed: %s", e)
+
+    def worker_spec(self, num_envs: int) -> WorkerSpec:
+        env = {"render_backend": "auto", **self.cfg.env}
+        return WorkerSpec(
+            scenarios=(self.cfg.suite,),
+            env_config=env,
+            policy_config=dict(self.cfg.policy),
+            num_envs=num_envs,
+            seed=self.cfg.seed,
+            threads=self.cfg.rollout.threads_per_actor,
+        )
+
+    def build(self) -> None:
+        cfg = self.cfg
+        r = cfg.rollout
+        needs_rl = cfg.stage in ("rl", "il+rl")
+        if (needs_rl and r.num_actors > 0) or cfg.num_learners > 1:
+            self._ray_started = _init_ray(cfg)
+        spec = self.worker_spec(r.envs_per_actor)
+        if needs_rl:
+            self.group = RolloutGroup(
+                spec, r.num_actors, ActorResources(r.cpus_per_actor, r.gpus_per_actor, r.max_restarts)
+            )
+            obs_space, action_spec = self.group.call("observation_space")[0], self.group.call("action_spec")[0]
+        else:
+            from rollout.worker import build_env
+
+            env = build_env(spec, num_envs=1)
+            obs_space, action_spec = env.single_observation_space, env.action_spec
+            env.close()
+        self.obs_space, self.action_spec = obs_space, action_spec
+        policy_config = dict(cfg.policy)
+
+        def make_policy():
+            return build_policy(obs_space, action_spec, policy_config)
+
+        self.make_policy = make_policy
+        total = (
+            self._rl_updates_total() if cfg.stage == "rl" else cfg.il.pretrain_iterations * cfg.il.steps_per_iteration
+        )
+        self.learners = LearnerGroup(
+            make_policy, learner_settings(cfg, total, cfg.il.lr), cfg.num_learners, cfg.gpus_per_learner
+        )
+
+    def _rl_updates_total(self) -> int:
+        cfg = self.cfg
+        return cfg.iterations * cfg.ppo.epochs * cfg.ppo.minibatches + cfg.iterations * cfg.il.steps_per_iteration
+
+    # -- checkpoints -------------------------------------------------------------------------------
+    def checkpoint(self, state: ckpt_io.TrainState, reason: str) -> None:
+        lstate = self.learners.call("state")
+        files = ckpt_io.encode(lstate, state, self.config_dict)
+        metrics = {}
+        if state.last_eval:
+            metrics = {f"val/{k}": v for k, v in state.last_eval.items() if isinstance(v, int | float)}
+        meta = dict(
+            stage=state.stage,
+            iteration=state.iteration,
+            il_iteration=state.il_iteration,
+            env_steps=state.env_steps,
+            version=state.version,
+            reason=reason,
+            metrics=metrics,
+        )
+        self.lease.heartbeat()
+        self.committer.submit(files, meta)
+
+    def restore(self) -> ckpt_io.TrainState:
+        cfg = self.cfg
+        latest = self.rs.load_latest()
+        if latest is not None:
+            lstate, state, rng, _ = ckpt_io.decode(latest.files)
+            self.learners.call("load_state", lstate)
+            self._set_stage_settings(state)
+            ckpt_io.restore_rng(rng)
+            log.info("resuming run %s from checkpoint %d (%s)", self.name, latest.version, state.stage)
+            self.tracker.progress(
+                f"resumed from checkpoint {latest.version}: stage {state.stage}, iteration {state.iteration}, "
+                f"IL iteration {state.il_iteration}, {state.env_steps:,} env steps"
+            )
+            return state
+        state = ckpt_io.TrainState(stage="il" if cfg.stage in ("il", "il+rl") else "rl")
+        if cfg.stage == "rl":
+            weights = self._init_weights()
+            self.learners.call("load_state", {"policy": weights})
+        random.seed(cfg.seed)
+        np.random.seed(cfg.seed)  # noqa: NPY002 (the global RNG, for third-party code)
+        torch.manual_seed(cfg.seed)
+        self._set_stage_settings(state)
+        return state
+
+    def _init_weights(self) -> dict:
+        """Stage rl starts from an IL checkpoint: ``init_from`` = run or run@version in this store."""
+        src = self.cfg.init_from
+        if not src:
+            raise ValueError("stage=rl needs init_from=<IL run name>[@version] (a run in the same store)")
+        run, _, ver = src.partition("@")
+        rs = self.store.run(run)
+        ck = rs.load(int(ver)) if ver else rs.load_latest()
+        if ck is None:
+            raise ValueError(f"init_from={src!r}: run {run!r} has no committed checkpoint in {self.store.uri}")
+        self.tracker.progress(f"stage rl starts from {run} checkpoint {ck.version}")
+        return ckpt_io.policy_weights(ck.files)
+
+    def _set_stage_settings(self, state: ckpt_io.TrainState) -> None:
+        cfg = self.cfg
+        if state.stage == "il":
+            s = learner_settings(cfg, cfg.il.pretrain_iterations * cfg.il.steps_per_iteration, cfg.il.lr)
+        else:
+            s = learner_settings(cfg, self._rl_updates_total(), cfg.ppo.lr)
+        self.learners.call("set_settings", s, state.stage)
+
+    # -- demonstrations and evaluation -------------------------------------------------------------
+    def demos(self) -> dict[str, torch.Tensor]:
+        from envs.demos import expert_demonstrations
+
+        t0 = time.perf_counter()
+        d = expert_demonstrations(self.cfg.suite, {"render_backend": "auto", **self.cfg.env})
+        self.tracker.progress(
+            f"demonstrations: {len(d['labels']):,} expert frames from {d['num_scenarios']} scenarios "
+            f"({time.perf_counter() - t0:.1f} s)"
+        )
+        return {k: torch.from_numpy(v) for k, v in d.items() if isinstance(v, np.ndarray)}
+
+    def evaluate(self, state: ckpt_io.TrainState, label: str) -> dict:
+        from rollout.evaluation import evaluate
+        from scenarios.metrics import rad_metrics
+
+        policy = self.make_policy()
+        policy.load_state_dict(self.learners.call("weights"))
+        policy.eval()
+
+        @torch.no_grad()
+        def act(obs, infos):
+            return policy.act(to_torch(obs), deterministic=True).action.numpy()
+
+        t0 = time.perf_counter()
+        env = {"render_backend": "auto", **self.cfg.env}
+        records = evaluate(act, [self.cfg.eval.suite], env, self.cfg.eval.num_envs)
+        m = rad_metrics(records)
+        m["seconds"] = time.perf_counter() - t0
+        row = dict(label=label, stage=state.stage, iteration=state.iteration, env_steps=state.env_steps, **m)
+        state.history.append(row)
+        state.last_eval = m
+        step = state.env_steps + state.il_steps
+        self.tracker.log(step, {f"val/{k}": v for k, v in m.items() if isinstance(v, int | float)})
+        self.tracker.progress(
+            f"eval [{label}] on {self.cfg.eval.suite}: CR {m['CR']:.3f} (DCR {m['DCR']:.3f}, SCR {m['SCR']:.3f}) "
+            f"DR {m['DR']:.3f} ADD {m['ADD']:.3f} success {m['success_rate']:.2f} "
+            f"({m['n']} clips, {m['seconds']:.0f} s)"
+        )
+        return m
+
+    # -- stages ------------------------------------------------------------------------------------
+    def stage_il(self, state: ckpt_io.TrainState, demos) -> None:
+        cfg = self.cfg
+        n_it = cfg.il.pretrain_iterations
+        while state.il_iteration < n_it:
+            t0 = time.perf_counter()
+            m = self.learners.call("update_il", demos, cfg.il.steps_per_iteration)
+            state.il_iteration += 1
+            state.version += 1
+            state.il_steps += cfg.il.steps_per_iteration * cfg.il.batch_size
+            m["charts/il_seconds"] = time.perf_counter() - t0
+            self.tracker.log(state.il_steps, m)
+            if state.il_iteration % 10 == 0 or state.il_iteration == n_it:
+                self.tracker.progress(
+                    f"IL {state.il_iteration}/{n_it} | loss {m.get('losses/il_loss', float('nan')):.3f} | "
+                    f"acc lat {m.get('il/accuracy_lat', 0):.2f} long {m.get('il/accuracy_long', 0):.2f}"
+                )
+            self.lease.heartbeat()
+            if state.il_iteration % cfg.checkpoint_every == 0 and state.il_iteration < n_it:
+                self.checkpoint(state, "periodic")
+        state.il_eval = self.evaluate(state, "il")
+        state.stage = "rl" if cfg.stage == "il+rl" else "done"
+        self._set_stage_settings(state)
+        self.checkpoint(state, "end of stage il")
+
+    def _is_il_round(self, state: ckpt_io.TrainState) -> bool:
+        il = self.cfg.il
+        if il.mode != "alternate" or il.il_rounds == 0:
+            return False
+        return state.rounds % (il.rl_rounds + il.il_rounds) >= il.rl_rounds
+
+    def stage_rl(self, state: ckpt_io.TrainState, demos) -> None:
+        cfg = self.cfg
+        T = cfg.rollout.fragment_length
+        ep_window: list[dict] = []
+        while state.iteration < cfg.iterations:
+            if self._is_il_round(state):
+                t0 = time.perf_counter()
+                m = self.learners.call("update_il", demos, cfg.il.steps_per_iteration)
+                state.rounds += 1
+                state.version += 1
+                state.il_steps += cfg.il.steps_per_iteration * cfg.il.batch_size
+                m["charts/il_seconds"] = time.perf_counter() - t0
+                self.tracker.log(state.env_steps + state.il_steps, m)
+                continue
+            t0 = time.perf_counter()
+            self.group.set_weights(state.version, self.learners.call("weights"))
+            frags = self.group.sample(T, timeout_s=cfg.rollout.timeout_s)
+            t_roll = time.perf_counter() - t0
+            batch = stack_time(frags)
+            steps = sum(f.env_steps for f in frags)
+            t1 = time.perf_counter()
+            m = self.learners.call("update_rl", batch, demos if cfg.il.mode == "weighted" else None)
+            t_learn = time.perf_counter() - t1
+            state.iteration += 1
+            state.rounds += 1
+            state.version += 1
+            state.env_steps += steps
+            episodes = [e for f in frags for e in f.episodes]
+            ep_window = (ep_window + episodes)[-200:]
+            m.update(self._episode_metrics(episodes, ep_window))
+            lag = state.version - 1 - min(f.policy_version for f in frags)
+            m.update(
+                {
+                    "charts/SPS": steps / max(t_roll + t_learn, 1e-9),
+                    "charts/rollout_SPS": steps / max(t_roll, 1e-9),
+                    "charts/rollout_seconds": t_roll,
+                    "charts/learn_seconds": t_learn,
+                    "charts/policy_lag": float(lag),
+                    "charts/actor_restarts": float(self.group.restarts),
+                    "charts/iteration": float(state.iteration),
+                }
+            )
+            for f in frags:
+                for err in f.errors:
+                    log.warning("scenario failure in rollout: %s", err)
+            self.tracker.log(state.env_steps, m)
+            self.tracker.progress(
+                f"it {state.iteration}/{cfg.iterations} | {state.env_steps:,} steps | "
+                f"{m['charts/SPS']:.1f} steps/s (rollout {m['charts/rollout_SPS']:.1f}) | "
+                f"return {m.get('charts/episodic_return', float('nan')):+.2f} | "
+                f"collisions {m.get('charts/collision_rate', float('nan')):.0%} | "
+                f"restarts {self.group.restarts}"
+            )
+            self.lease.heartbeat()
+            if cfg.eval.every and state.iteration % cfg.eval.every == 0 and state.iteration < cfg.iterations:
+                self.evaluate(state, f"rl@{state.iteration}")
+            if state.iteration % cfg.checkpoint_every == 0 and state.iteration < cfg.iterations:
+                self.checkpoint(state, "periodic")
+        self.evaluate(state, "rl+il")
+        state.stage = "done"
+        self.checkpoint(state, "end of stage rl")
+
+    @staticmethod
+    def _episode_metrics(episodes: list[dict], window: list[dict]) -> dict:
+        out: dict[str, float] = {}
+        if episodes:
+            out["charts/episodic_return"] = float(np.mean([e["ret"] for e in episodes]))
+            out["charts/episodic_length"] = float(np.mean([e["length"] for e in episodes]))
+            out["charts/return_lateral"] = float(np.mean([e["ret_lateral"] for e in episodes]))
+            out["charts/return_longitudinal"] = float(np.mean([e["ret_longitudinal"] for e in episodes]))
+            for term in ("dynamic_collision", "static_collision", "position_deviation", "heading_deviation"):
+                out[f"charts/return_{term}"] = float(np.mean([e["terms"].get(term, 0.0) for e in episodes]))
+        if window:
+            coll = [e["event"] in ("dynamic_collision", "static_collision") for e in window]
+            out["charts/collision_rate"] = float(np.mean(coll))
+            out["charts/deviation_rate"] = float(
+                np.mean([e["event"] in ("position_deviation", "heading_deviation") for e in window])
+            )
+        return out
+
+    # -- the whole run -----------------------------------------------------------------------------
+    def run(self) -> TrainResult:
+        cfg = self.cfg
+        self.open_store()
+        try:
+            self.tracker = Tracker(self.folder, self.config_dict, cfg.seed, cfg.tensorboard, cfg.mlflow)
+            self.tracker.progress(f"run {self.name}: logs in {self.folder}, checkpoints in {self.rs.uri}")
+            self.build()
+            state = self.restore()
+            demos = None
+            if state.stage != "done" and (state.stage == "il" or cfg.il.mode == "weighted" or cfg.il.il_rounds):
+                demos = self.demos()
+            if state.stage == "il":
+                self.stage_il(state, demos)
+            if state.stage == "rl":
+                self.stage_rl(state, demos)
+            self.committer.flush()
+            self.summary(state)
+            return TrainResult(self.name, self.folder, self.rs.uri, state, self.committer.last_committed)
+        finally:
+            self.close()
+
+    def summary(self, state: ckpt_io.TrainState) -> None:
+        import json
+
+        s = dict(run=self.name, store=self.rs.uri, folder=str(self.folder), il=state.il_eval, final=state.last_eval)
+        (self.folder / "summary.json").write_text(json.dumps(s, indent=2, default=float))
+        if state.il_eval and state.last_eval and self.cfg.stage != "il":
+            a, b = state.il_eval, state.last_eval
+            self.tracker.progress(
+                f"val collision rate: IL {a['CR']:.3f} -> RL+IL {b['CR']:.3f}; deviation rate {a['DR']:.3f} -> "
+                f"{b['DR']:.3f}"
+            )
+        self.tracker.progress(
+            f"done. TensorBoard: tensorboard --logdir {self.folder}; metrics: {self.folder / 'metrics.jsonl'}; "
+            f"checkpoints: {self.rs.uri}"
+        )
+
+    def close(self) -> None:
+        errors = []
+        for fn in (
+            lambda: self.committer and self.committer.close(),
+            lambda: self.group and self.group.shutdown(),
+            lambda: self.learners and self.learners.shutdown(),
+            lambda: self.lease and self.lease.release(),
+            lambda: getattr(self, "tracker", None) and self.tracker.close(),
+        ):
+            try:
+                fn()
+            except Exception as e:
+                errors.append(e)
+        if self._ray_started:
+            import ray
+
+            ray.shutdown()
+        for e in errors:
+            log.warning("while closing: %s", e)
+
+
+def train(cfg: TrainConfig) -> TrainResult:
+    return Trainer(cfg).run()
+
+
+def main(argv=None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    cfg = parse_cli(
+        TrainConfig,
+        argv,
+        "python -m learner.train",
+        __doc__.split("\n\n")[0],
+        flags=[("--run", "run", "run name (rerun to resume)"), ("--store", "store", "checkpoint store URI")],
+    )
+    from learner.store import RunLocked
+
+    try:
+        train(cfg)
+    except RunLocked as e:
+        print(f"learner.train: {e}", file=sys.stderr)
+        return 3
+    except NonFiniteLoss as e:
+        print(f"learner.train: {e}", file=sys.stderr)
+        return 4
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

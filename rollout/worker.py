@@ -1,0 +1,242 @@
+"""The rollout worker: a vector env and a policy copy, returning fixed-length fragments.
+
+A plain class, so the whole loop runs in one process (``num_rollout_actors=0``, tests, debugging);
+``rollout.group`` wraps it in Ray actors. The worker keeps its environments running across calls:
+a fragment continues where the previous one stopped, episodes cross fragment boundaries.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from rollout.fragment import Fragment
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """Everything needed to build a worker anywhere (plain data: it travels to Ray actors)."""
+
+    scenarios: tuple[str, ...]  # scenario files, suite folders or built-in suite names
+    env_config: dict = field(default_factory=dict)  # EnvConfig overrides
+    policy_config: dict = field(default_factory=dict)  # PolicyConfig overrides
+    num_envs: int = 4
+    seed: int = 0
+    threads: int = 1  # torch and renderer threads in this worker
+
+
+def set_threads(n: int) -> None:
+    """Torch and renderer threads of this process (a Ray actor gets the CPUs it asked for)."""
+    n = max(1, int(n))
+    torch.set_num_threads(n)
+    try:
+        from sim.raster_cpu import set_num_threads
+
+        set_num_threads(n)
+    except Exception:  # numba absent or its threading layer already fixed: keep its default
+        pass
+
+
+def to_torch(obs: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
+    return {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in obs.items()}
+
+
+def build_env(spec: WorkerSpec, num_envs: int | None = None, config_overrides: dict | None = None):
+    from envs.vector import VectorDrivingEnv
+
+    cfg = {**spec.env_config, **(config_overrides or {})}
+    scen = list(spec.scenarios)
+    return VectorDrivingEnv(scen if len(scen) != 1 else scen[0], num_envs or spec.num_envs, cfg)
+
+
+def build_policy(observation_space, action_spec, policy_config: Mapping[str, Any] | None = None):
+    from policy.network import ActorCritic, PolicyConfig
+    from sim.configs import from_dict
+
+    cfg = from_dict(PolicyConfig, dict(policy_config or {}))
+    return ActorCritic(observation_space, action_spec, cfg)
+
+
+class EpisodeTracker:
+    """Per-env running episode totals; emits a summary when an episode ends."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self.ret = np.zeros((n, 2))
+        self.terms: list[dict[str, float]] = [{} for _ in range(n)]
+        self.length = np.zeros(n, np.int64)
+        self.scenario = [""] * n
+
+    def start(self, i: int, scenario: str) -> None:
+        self.ret[i] = 0.0
+        self.terms[i] = {}
+        self.length[i] = 0
+        self.scenario[i] = scenario
+
+    def add(self, i: int, parts: np.ndarray, terms: Mapping[str, float] | None) -> None:
+        self.ret[i] += parts
+        self.length[i] += 1
+        for k, v in (terms or {}).items():
+            self.terms[i][k] = self.terms[i].get(k, 0.0) + float(v)
+
+    def finish(self, i: int, info: Mapping[str, Any], terminated: bool) -> dict:
+        return dict(
+            scenario=self.scenario[i],
+            length=int(self.length[i]),
+            ret=float(self.ret[i].sum()),
+            ret_lateral=float(self.ret[i, 0]),
+            ret_longitudinal=float(self.ret[i, 1]),
+            terms=dict(self.terms[i]),
+            event=str(info.get("event", "")),
+            terminated=bool(terminated),
+            error=str(info.get("error", "") or ""),
+            collision_location=str(info.get("collision_location", "") or ""),
+        )
+
+
+def env_info(infos: Mapping[str, Any], i: int) -> dict:
+    """Env i's info from gymnasium's vector info dict (arrays with ``_key`` presence masks, nested dicts
+    recursively; ``final_obs`` an object array)."""
+    out = {}
+    for k, v in infos.items():
+        if k.startswith("_"):
+            continue
+        present = infos.get("_" + k)
+        if present is not None and not present[i]:
+            continue
+        out[k] = env_info(v, i) if isinstance(v, Mapping) else v[i]
+    return out
+
+
+def aux_flags(info: Mapping[str, Any]) -> np.ndarray:
+    """RAD's directional cues from a step's info: [collision_front, collision_rear, deviation_left, deviation_right]."""
+    out = np.zeros(4, dtype=bool)
+    event = str(info.get("event", "") or "")
+    loc = str(info.get("collision_location", "") or "")
+    if event == "dynamic_collision":
+        out[0] = loc.startswith("front")
+        out[1] = loc.startswith("rear")
+    elif event in ("position_deviation", "heading_deviation"):
+        side = float(info.get("lateral_offset", info.get("heading_error", 0.0)) or 0.0)
+        out[2] = side > 0.0  # ego left of (or turned left of) the expert path: steer right
+        out[3] = side < 0.0
+    return out
+
+
+class RolloutWorker:
+    """Owns a vector env and a policy copy; ``sample(T)`` returns a Fragment [T, B]."""
+
+    def __init__(self, spec: WorkerSpec, worker_id: int = 0):
+        set_threads(spec.threads)
+        torch.manual_seed(spec.seed)
+        self.spec = spec
+        self.worker_id = worker_id
+        self.env = build_env(spec)
+        self.policy = build_policy(self.env.single_observation_space, self.env.action_spec, spec.policy_config)
+        self.policy.eval()
+        self.version = -1
+        self.B = self.env.num_envs
+        self.tracker = EpisodeTracker(self.B)
+        obs, infos = self.env.reset(seed=spec.seed + 1000 * worker_id)
+        self.obs = obs
+        for i in range(self.B):
+            self.tracker.start(i, str(env_info(infos, i).get("scenario", "")))
+        self.total_steps = 0
+
+    # -- weights -----------------------------------------------------------------------------------
+    def set_weights(self, version: int, state_dict: Mapping[str, torch.Tensor]) -> int:
+        self.policy.load_state_dict(state_dict)
+        self.version = int(version)
+        return self.version
+
+    def observation_space(self):
+        return self.env.single_observation_space
+
+    def action_spec(self):
+        return self.env.action_spec
+
+    def ping(self) -> int:
+        return self.worker_id
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    # -- sampling ----------------------------------------------------------------------------------
+    @torch.no_grad()
+    def _forward(self, obs: Mapping[str, np.ndarray], deterministic: bool = False):
+        return self.policy.act(to_torch(obs), deterministic=deterministic)
+
+    @torch.no_grad()
+    def sample(self, T: int, deterministic: bool = False) -> Fragment:
+        t0 = time.perf_counter()
+        B = self.B
+        obs_buf: dict[str, list] = {k: [] for k in self.obs}
+        actions = np.zeros((T, B, 2), np.int64)
+        logp = np.zeros((T, B, 2), np.float32)
+        values = np.zeros((T, B, 2), np.float32)
+        next_values = np.zeros((T, B, 2), np.float32)
+        rewards = np.zeros((T, B, 2), np.float32)
+        terminated = np.zeros((T, B), bool)
+        truncated = np.zeros((T, B), bool)
+        flags = np.zeros((T, B, 4), bool)
+        episodes: list[dict] = []
+        errors: list[str] = []
+        out = self._forward(self.obs, deterministic)
+        for t in range(T):
+            for k, v in self.obs.items():
+                obs_buf[k].append(v)
+            actions[t] = out.action.numpy()
+            logp[t] = out.log_prob.numpy()
+            values[t] = out.values.numpy()
+            obs, _, term, trunc, infos = self.env.step(actions[t])
+            terminated[t], truncated[t] = term, trunc
+            done = term | trunc
+            nxt = self._forward(obs, deterministic)
+            next_values[t] = nxt.values.numpy()
+            final_idx = np.flatnonzero(trunc)
+            if len(final_idx):  # bootstrap truncated episodes from their final observation, not the reset one
+                finals = [infos["final_obs"][i] for i in final_idx]
+                fo = {k: np.stack([f[k] for f in finals]) for k in finals[0]}
+                next_values[t, final_idx] = self._forward(fo).values.numpy()
+            for i in range(B):
+                step_info = env_info(infos, i)
+                info = step_info.get("final_info", step_info) if done[i] else step_info
+                parts = np.asarray(info.get("reward_parts", np.zeros(2)), np.float32)
+                rewards[t, i] = parts
+                self.tracker.add(i, parts, info.get("reward_terms"))
+                if done[i]:
+                    flags[t, i] = aux_flags(info)
+                    ep = self.tracker.finish(i, info, bool(term[i]))
+                    episodes.append(ep)
+                    if ep["error"]:
+                        errors.append(f"{ep['scenario']}: {ep['error']}")
+                    self.tracker.start(i, str(step_info.get("scenario", "")))
+            self.obs, out = obs, nxt
+        self.total_steps += T * B
+        obs_arr = {k: np.stack(v) for k, v in obs_buf.items()}
+        frag = Fragment(
+            obs=obs_arr,
+            actions=actions,
+            logp=logp,
+            values=values,
+            next_values=next_values,
+            rewards=rewards,
+            terminated=terminated,
+            truncated=truncated,
+            aux_flags=flags,
+            policy_version=self.version,
+            worker_id=self.worker_id,
+            episodes=episodes,
+            errors=errors,
+            seconds=time.perf_counter() - t0,
+        )
+        return frag
+
+    def stats(self) -> dict:
+        return dict(worker_id=self.worker_id, total_steps=self.total_steps, quarantined=list(self.env.quarantined))
