@@ -4,6 +4,7 @@ A scenario (``scenarios.format``, JSON documented in scenarios/README.md) is one
 digital twin: Gaussian PLYs, the map, the expert's logged drive, log-replayed agents, static obstacles.
 """
 
+from scenarios.builtin import BUILTIN_SUITES, builtin_suite
 from scenarios.expert import expert_displacements, expert_labels
 from scenarios.format import (
     AGENT_TYPES,
@@ -23,6 +24,7 @@ from scenarios.io import ScenarioError, load, load_suite, save
 
 __all__ = [
     "AGENT_TYPES",
+    "BUILTIN_SUITES",
     "FORMAT_VERSION",
     "KINDS",
     "Agent",
@@ -35,6 +37,7 @@ __all__ = [
     "SceneFiles",
     "StaticObstacle",
     "Track",
+    "builtin_suite",
     "expert_displacements",
     "expert_labels",
     "load",
