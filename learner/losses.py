@@ -156,7 +156,7 @@ def il_loss(
 
     logits_long: [N, n_long]; logits_lat_given_expert_long: [N, n_lat], the (masked) lateral logits conditioned on
     the *expert's* longitudinal bin (``ActorCritic.logits(obs, long_idx=expert_long)``).
-    expert_lat, expert_long: [N] int64 bins from ``policy.action.nearest_bins`` (feasible by construction; an
+    expert_lat, expert_long: [N] int64 bins from ``envs.actions.nearest_bins`` (feasible by construction; an
     infeasible target would cost ~1e9).
 
     Per head, with p_t the predicted probability of the expert bin:

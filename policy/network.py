@@ -48,7 +48,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from policy.action import ActionSpec
+from envs.actions import ActionSpec
 
 MASK_VALUE = -1e9
 OBS_PARTS = ("cameras", "ego", "route", "agents", "map")
@@ -248,9 +248,8 @@ def _check_box(space: gym.spaces.Space, key: str, ndim: int) -> tuple[int, ...]:
 class ActorCritic(nn.Module):
     """RAD's actor-critic over a Dict observation space (any subset of OBS_PARTS) and an action spec.
 
-    spec: ``policy.action.ActionSpec`` or anything with ``n_lat``, ``n_long`` and ``feasibility()`` ->
-    bool [n_long, n_lat]; pass the env's own spec (``envs.ActionSpec``) so the mask is exactly the one the env
-    enforces.
+    spec: the env's ``envs.actions.ActionSpec`` (so the mask is exactly the one the env enforces), or anything
+    with ``n_lat``, ``n_long`` and ``feasibility()`` -> bool [n_long, n_lat].
     """
 
     feasible: torch.Tensor

@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from envs.actions import ActionSpec, nearest_bins
 from learner.losses import (
     NonFiniteGuard,
     directional_aux_loss,
@@ -18,7 +19,6 @@ from learner.losses import (
     normalize_advantages,
     ppo_loss,
 )
-from policy.action import ActionSpec, nearest_bins
 from policy.network import MASK_VALUE, ActorCritic, PolicyConfig
 
 CLEANRL_NAMES = ("losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl", "losses/clipfrac")
@@ -169,7 +169,8 @@ def test_il_with_teacher_forcing_fits_expert_bins():
     space = gym.spaces.Dict({"ego": gym.spaces.Box(-np.inf, np.inf, (7,), np.float32)})
     model = ActorCritic(space, spec, PolicyConfig(embed_dim=32, hidden_dim=64))
     obs = {"ego": torch.randn(8, 7)}
-    expert_lat, expert_long = nearest_bins(torch.linspace(-0.3, 0.3, 8), torch.linspace(1.0, 10.0, 8), spec)
+    bins = torch.as_tensor(nearest_bins(np.linspace(-0.3, 0.3, 8), np.linspace(1.0, 10.0, 8), spec))
+    expert_lat, expert_long = bins[:, 0], bins[:, 1]
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     first = None
     for _ in range(100):

@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch.distributions import Categorical
 
-from policy.action import ActionSpec, is_feasible
+from envs.actions import ActionSpec, is_feasible
 from policy.network import MASK_VALUE, ActorCritic, ExportPolicy, PolicyConfig, main
 
 SPEC = ActionSpec()
