@@ -428,14 +428,14 @@ def _parse_track(c: _Checker, doc, f: str, dt: float, horizon: int) -> Track:
         c.fail(f"{f}.t", f"the track has {T} timestamps; it must cover steps 0..horizon ({horizon + 1} or more)")
     for i in range(1, T):
         if not t[i] > t[i - 1]:
-            c.fail(f"{f}.t[{i}]", f"timestamps must increase ({t[i]!r} after {t[i - 1]!r})")
+            c.fail(f"{f}.t[{i}]", f"timestamps must increase ({float(t[i])!r} after {float(t[i - 1])!r})")
     grid = t[0] + dt * np.arange(T)
     off = np.abs(t - grid)
     if (off > TIME_GRID_TOLERANCE * dt).any():
         i = int(np.argmax(off > TIME_GRID_TOLERANCE * dt))
         c.fail(
             f"{f}.t[{i}]",
-            f"expected t[0] + {i} * dt = {grid[i]:.6g} s (one pose per step of dt = {dt} s), got {t[i]!r}",
+            f"expected t[0] + {i} * dt = {grid[i]:.6g} s (one pose per step of dt = {dt} s), got {float(t[i])!r}",
         )
     if not isinstance(tr["poses"], list) or len(tr["poses"]) != T:
         got = f"{len(tr['poses'])} entries" if isinstance(tr["poses"], list) else _kind(tr["poses"])
@@ -447,7 +447,7 @@ def _parse_track(c: _Checker, doc, f: str, dt: float, horizon: int) -> Track:
     speed = c.floats(tr["speed"], f"{f}.speed", (T,))
     if (speed < 0).any():
         i = int(np.argmax(speed < 0))
-        c.fail(f"{f}.speed[{i}]", f"must be >= 0 m/s, got {speed[i]!r}")
+        c.fail(f"{f}.speed[{i}]", f"must be >= 0 m/s, got {float(speed[i])!r}")
     return Track(t, poses, speed)
 
 
