@@ -24,8 +24,9 @@ class EnvConfig:
     """Settings of ``SplatDrive-v0``. Distances in metres, angles in degrees, times in steps."""
 
     # -- scenarios -------------------------------------------------------------------------------
-    suite: str = "default"
-    """Scenarios when none are passed: a built-in suite name, a suite directory or a scenario file."""
+    suite: str = "train"
+    """Scenarios when none are passed: a built-in suite name (train, val, test: generated on first
+    use), a suite directory or a scenario file."""
     skip_broken: bool = False
     """Skip scenario files that fail to load (each is logged) instead of raising."""
     quarantine_after: int = 2

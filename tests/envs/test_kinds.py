@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import warnings
 from pathlib import Path
 
@@ -46,6 +47,8 @@ def suite_dir() -> Path:
 
     out = ROOT / ".cache" / "envs-test-suite" / _generator_hash()
     if not (out / "suite.yaml").is_file():  # written last: a folder without it is incomplete
+        for old in out.parent.glob("*"):  # suites of older generator sources
+            shutil.rmtree(old, ignore_errors=True)
         generate_suite(out, suite="envtest", count=len(KINDS), seed=0, gaussians=4000, progress=False)
     return out
 
@@ -79,12 +82,27 @@ def test_check_env_on_each_kind(scenario_files, kind):
     assert env.quarantined == []
 
 
+def _builtin_files() -> list[Path]:
+    """Scenario files of the built-in suites already generated in the cache (never generated here)."""
+    from scenarios.builtin import BUILTIN_SUITES, BUILTIN_VERSION, cache_root
+    from scenarios.io import scenario_files
+
+    out = []
+    for name in BUILTIN_SUITES:
+        folder = cache_root() / f"builtin-{name}-v{BUILTIN_VERSION}"
+        if (folder / "suite.yaml").is_file():
+            out += scenario_files(folder)
+    return out
+
+
 def test_expert_labels_replay_every_scenario_without_an_event(scenario_files):
+    """Every scenario of the test suite, and of the built-in suites where they have been generated."""
     from scenarios.expert import expert_labels
     from scenarios.io import load
 
-    env = DrivingEnv({**FAST, "cameras": False}, scenarios=[str(f) for f in scenario_files])
-    for f in scenario_files:
+    files = scenario_files + _builtin_files()
+    env = DrivingEnv({**FAST, "cameras": False}, scenarios=[str(f) for f in files])
+    for f in files:
         sc = load(f)
         _, info = env.reset(seed=0, options={"scenario": sc.id})
         labels = expert_labels(sc)
