@@ -12,7 +12,7 @@ Observation: ``envs.observation``. Info at every reset and step:
   (lateral index, longitudinal index) for the observation returned with it, i.e. for the next
   action (the nearest feasible bins to ``scenarios.expert.expert_displacements`` at this step);
 - ``path_distance`` (m to the expert path), ``heading_error`` (rad, ego yaw minus the matched
-  expert yaw, wrapped);
+  expert yaw, wrapped); ``ego_state`` float64 [4]: the ego's x, y (m, world), yaw (rad), speed (m/s);
 - at reset: ``action_mask`` bool [n_long, n_lat] (also ``env.action_mask``);
 - at a step: ``reward_terms`` (dict of the named terms), ``reward_parts`` float32 [2] (lateral,
   longitudinal), ``event`` ('' or the first event's name), ``collision_location`` ('' or
@@ -316,6 +316,7 @@ class DrivingEnv(gym.Env):
             "expert_action": d.expert_action[min(self._t, d.horizon)].copy(),
             "path_distance": self._dist,
             "heading_error": self._heading_err,
+            "ego_state": self._state.copy(),  # float64 [4]: x, y (m, world), yaw (rad), speed (m/s)
         }
 
     # -- geometry --------------------------------------------------------------------------------
