@@ -69,7 +69,7 @@ class ILConfig:
 
 @dataclass(frozen=True)
 class EvalConfig:
-    suite: str = field("builtin-val", help="scenarios for periodic evaluation (deterministic policy)")
+    suite: str = field("val", help="scenarios for periodic evaluation (deterministic policy)")
     every: int = field(10, help="evaluate every N RL iterations (0: only at stage ends)")
     num_envs: int = field(4, help="environments stepped together during evaluation")
 
@@ -80,7 +80,7 @@ class TrainConfig:
     store: str = field("runs", help="checkpoint store: a path, file://..., or s3://bucket/prefix")
     stage: str = field("il+rl", help="'il' (planning pre-training), 'rl' (PPO+IL from an IL checkpoint), 'il+rl'")
     init_from: str = field("", help="stage rl: IL checkpoint to start from (a run name in the store, or run@version)")
-    suite: str = field("builtin-train", help="training scenarios: a built-in suite, a folder or a scenario file")
+    suite: str = field("train", help="training scenarios: a built-in suite (train, val, test), a folder or a file")
     seed: int = field(0, help="seed of everything")
     iterations: int = field(40, help="RL iterations (rounds of rollout + update) of stage rl")
     checkpoint_every: int = field(10, help="commit a checkpoint every N iterations")
