@@ -283,3 +283,17 @@ def test_load_scene_shares_clouds(tmp_path):
     sc2 = load(write(tmp_path, doc, "b.json"))
     scene2 = sc2.load_scene()
     assert scene2.background is scene.background and scene2.assets["car"] is scene.assets["car"]  # read once
+
+
+def test_readme_example_is_valid(tmp_path):
+    """The complete example in scenarios/README.md loads (with PLYs at its paths)."""
+    readme = Path(scenarios.__file__).with_name("README.md").read_text()
+    block = readme.split("```json\n", 1)[1].split("```", 1)[0]
+    doc = json.loads(block)
+    (tmp_path / "backgrounds").mkdir()
+    (tmp_path / "assets").mkdir()
+    save_ply(_cloud(10, 0), tmp_path / doc["scene"]["background"])
+    save_ply(_cloud(10, 1), tmp_path / doc["scene"]["assets"]["sedan_red"])
+    sc = load(write(tmp_path, block))
+    assert sc.id == "example-lead_vehicle-0" and len(sc.agents) == 1 and len(sc.static_obstacles) == 1
+    assert scenarios.expert_labels(sc).shape == (10, 2)
