@@ -72,7 +72,8 @@ class EgoSpec:
 
 @dataclass(frozen=True)
 class Track:
-    """A logged drive: times t [T] (s, increasing), poses [T, 4] (x, y, z, yaw), speed [T] (m/s)."""
+    """A logged drive: times t [T] (s, increasing, on the dt grid), poses [T, 4] (x, y, z, yaw of the
+    rear-axle centre), speed [T] (m/s, >= 0)."""
 
     t: np.ndarray
     poses: np.ndarray
@@ -99,7 +100,8 @@ class Track:
 
 @dataclass(frozen=True)
 class Agent:
-    """A log-replayed road user. poses [T, 4] per scenario step (box bottom centre), present [T] bool."""
+    """A log-replayed road user: poses [horizon + 1, 4] (x, y, z, yaw of the box bottom centre) and
+    present [horizon + 1] bool, one per step 0..horizon. Absent steps neither render nor collide."""
 
     id: str
     type: str
