@@ -245,6 +245,9 @@ class DrivingEnv(gym.Env):
 
             bg = self._scene.background
             self._static = StaticIndex.from_cloud(bg, opacity_threshold=cfg.static_opacity_threshold)
+            L, W, H = d.ego_lwh
+            lwh = np.array([[L, W, max(H - cfg.static_lift, 0.0)]])
+            self._query = (np.zeros((1, 3)), np.eye(3)[None].copy(), lwh)
         self._t = 0
         self._state = d.start_state.copy()
         self._accel = self._steer = self._yaw_rate = 0.0
@@ -330,45 +333,46 @@ class DrivingEnv(gym.Env):
     def _collisions(self) -> dict:
         """Ego box against the agents (dynamic), the obstacle boxes and the static Gaussians (static)."""
         d, cfg, t = self._data, self.config, self._t
-        c, yaw, size = self.ego_box()
-        out = {"dynamic": False, "static": False, "location": "", "point": np.zeros(2, np.float32)}
-        out.update({"with": "", "count": 0})
-        j = first_overlap(
-            c[0], c[1], yaw, size[0], size[1], d.agent_xy[t], d.agent_yaw[t], d.agent_size, d.agent_present[t]
-        )
+        x, y, yaw = float(self._state[0]), float(self._state[1]), float(self._state[2])
+        cy, sy = math.cos(yaw), math.sin(yaw)
+        cx, cyy = x + d.center_offset * cy, y + d.center_offset * sy  # ego box centre
+        L, W, _ = d.ego_lwh
+        dynamic = static = False
+        point, other, count = None, "", 0
+        j = first_overlap(cx, cyy, yaw, L, W, d.agent_xy[t], d.agent_yaw[t], d.agent_size, d.agent_present[t])
         if j >= 0:
-            p = contact_point(c, yaw, size[:2], d.agent_xy[t, j], d.agent_yaw[t, j], d.agent_size[j, :2])
-            out.update(dynamic=True, point=p, **{"with": d.agent_ids[j]})
-        if cfg.static_obstacle_boxes and len(d.obstacle_pose):
+            dynamic, other = True, d.agent_ids[j]
+            point = contact_point((cx, cyy), yaw, (L, W), d.agent_xy[t, j], d.agent_yaw[t, j], d.agent_size[j, :2])
+        if cfg.static_obstacle_boxes and d.obstacle_present.size:
             o = d.obstacle_pose
-            j = first_overlap(c[0], c[1], yaw, size[0], size[1], o[:, :2], o[:, 3], d.obstacle_size, d.obstacle_present)
+            j = first_overlap(cx, cyy, yaw, L, W, o[:, :2], o[:, 3], d.obstacle_size, d.obstacle_present)
             if j >= 0:
-                out["static"] = True
-                if not out["dynamic"]:
-                    p = contact_point(c, yaw, size[:2], o[j, :2], o[j, 3], d.obstacle_size[j, :2])
-                    out.update(point=p, **{"with": d.obstacle_ids[j]})
+                static = True
+                if point is None:
+                    point = contact_point((cx, cyy), yaw, (L, W), o[j, :2], o[j, 3], d.obstacle_size[j, :2])
+                    other = d.obstacle_ids[j]
         if self._static is not None:
-            lift = cfg.static_lift
-            bottom = np.array([[c[0], c[1], self._z + lift]])
-            box = np.array([[size[0], size[1], max(size[2] - lift, 0.0)]])
-            cy, sy = math.cos(yaw), math.sin(yaw)
-            rot = np.array([[[cy, -sy, 0.0], [sy, cy, 0.0], [0.0, 0.0, 1.0]]])
+            q = self._query  # (bottom centre [1, 3], rotation [1, 3, 3], size [1, 3]), reused
+            q[0][0] = (cx, cyy, self._z + cfg.static_lift)
+            q[1][0, 0, 0], q[1][0, 0, 1], q[1][0, 1, 0], q[1][0, 1, 1] = cy, -sy, sy, cy
             # the index's kernel without hits_in_boxes' argument checks (these boxes are well formed)
-            counts, sums = self._static._run(bottom, rot, box)
-            n = int(counts[0])
-            out["count"] = n
-            if n >= cfg.static_min_gaussians:
-                if not out["dynamic"] and not out["static"]:
-                    out.update(point=(sums[0, :2] / n).astype(np.float32), **{"with": "static_gaussians"})
-                out["static"] = True
-        if out["dynamic"] or out["static"]:
-            out["location"] = location_name(out["point"], 0.5 * size[0], 0.5 * size[1])
-        return out
+            counts, sums = self._static._run(*q)
+            count = int(counts[0])
+            if count >= cfg.static_min_gaussians:
+                if point is None:
+                    point, other = (sums[0, :2] / count).astype(np.float32), "static_gaussians"
+                static = True
+        hit = {"dynamic": dynamic, "static": static, "with": other, "count": count}
+        if point is None:
+            hit.update(point=np.zeros(2, np.float32), location="")
+        else:
+            hit.update(point=point, location=location_name(point, 0.5 * L, 0.5 * W))
+        return hit
 
     # -- observation -----------------------------------------------------------------------------
     def _observe(self) -> dict[str, np.ndarray]:
         d, cfg, t = self._data, self.config, self._t
-        ex, ey, yaw, v = (float(u) for u in self._state)
+        ex, ey, yaw, v = self._state.tolist()
         obs: dict[str, np.ndarray] = {}
         if cfg.cameras:
             prev = self._obs.get("cameras") if self._obs is not None else None

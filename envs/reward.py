@@ -28,6 +28,7 @@ EVENT_PART = {
     "heading_deviation": "lateral",
 }
 EVENT_REWARD = -1.0
+_IS_LATERAL = {e: p == "lateral" for e, p in EVENT_PART.items()}
 
 
 def detect_events(
@@ -55,10 +56,13 @@ def reward_terms(events: Mapping[str, bool]) -> dict[str, float]:
 
 def reward_parts(terms: Mapping[str, float]) -> np.ndarray:
     """[2] float32 (lateral, longitudinal): the terms summed per part."""
-    out = np.zeros(2, dtype=np.float32)
+    lat = lon = 0.0
     for e, v in terms.items():
-        out[PARTS.index(EVENT_PART[e])] += v
-    return out
+        if _IS_LATERAL[e]:
+            lat += v
+        else:
+            lon += v
+    return np.array([lat, lon], dtype=np.float32)
 
 
 def first_event(events: Mapping[str, bool]) -> str:

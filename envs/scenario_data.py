@@ -43,6 +43,7 @@ class ScenarioData:
         self.horizon = H
         ego = sc.ego
         self.ego_size = np.array([ego.length, ego.width, ego.height], dtype=np.float64)
+        self.ego_lwh = (float(ego.length), float(ego.width), float(ego.height))
         self.center_offset = float(ego.center_offset)
         self.wheelbase = float(ego.wheelbase)
 

@@ -139,7 +139,12 @@ class VectorDrivingEnv(VectorEnv):
                 f"VectorDrivingEnv.step: actions must be [num_envs={N}, 2] (lateral index, longitudinal index), "
                 f"got shape {a.shape}"
             )
-        idx = np.array([check_action(a[i], spec, f"VectorDrivingEnv.step (env {i})") for i in range(N)])
+        ok = np.issubdtype(a.dtype, np.integer) and a.dtype != bool
+        ok = ok and bool(((a[:, 0] >= 0) & (a[:, 0] < spec.n_lat) & (a[:, 1] >= 0) & (a[:, 1] < spec.n_long)).all())
+        if ok:  # the usual case, checked at once; otherwise per env, for a message that names it
+            idx = a.astype(np.int64)
+        else:
+            idx = np.array([check_action(a[i], spec, f"VectorDrivingEnv.step (env {i})") for i in range(N)])
         for i, env in enumerate(self.envs):
             if not env._active:
                 raise RuntimeError(f"VectorDrivingEnv.step: env {i} has no episode running; call reset() first")
@@ -278,13 +283,20 @@ def merge_infos(infos: list[dict], n: int) -> dict[str, Any]:
     sub-envs that have it; ``final_obs`` is an object array of observation dicts. Built one key at
     a time (a vector step's infos have some 20 keys; per-value insertion cost more than the step)."""
     out: dict[str, Any] = {}
-    keys: dict[str, None] = {}
-    for info in infos:
-        keys.update(dict.fromkeys(info))
+    keys: dict[str, None] = dict.fromkeys(infos[0]) if infos else {}
+    same = all(info.keys() == keys.keys() for info in infos)  # the usual case: one layout
+    if not same:
+        for info in infos:
+            keys.update(dict.fromkeys(info))
     for k in keys:
-        have = np.array([k in info for info in infos], dtype=bool)
-        vals = [info.get(k) for info in infos]
-        first = vals[int(np.argmax(have))]
+        if same:
+            have = np.ones(n, dtype=bool)
+            vals = [info[k] for info in infos]
+            first = vals[0]
+        else:
+            have = np.array([k in info for info in infos], dtype=bool)
+            vals = [info.get(k) for info in infos]
+            first = vals[int(np.argmax(have))]
         if isinstance(first, dict) and k != "final_obs":
             arr = merge_infos([v if h else {} for v, h in zip(vals, have)], n)
         elif k != "final_obs" and (type(first) in (int, float, bool) or isinstance(first, np.number)):
@@ -295,6 +307,8 @@ def merge_infos(infos: list[dict], n: int) -> dict[str, Any]:
                 arr = np.stack(vals).astype(first.dtype, copy=False)
             else:
                 arr = _fill(np.zeros((n, *first.shape), dtype=first.dtype), vals, have)
+        elif same and all(isinstance(v, str) for v in vals):
+            arr = np.array(vals, dtype=object)
         else:
             arr = _fill(np.full(n, None, dtype=object), vals, have)
         out[k], out[f"_{k}"] = arr, have
