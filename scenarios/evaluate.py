@@ -1,0 +1,596 @@
+"""``python -m scenarios.evaluate``: closed-loop evaluation of driving policies with RAD's metrics.
+
+    python -m scenarios.evaluate --policy runs/my-run@latest --suite val --out eval/my-run
+    python -m scenarios.evaluate --policy exported/my-policy --suite path/to/suite --out eval/x videos=5
+    python -m scenarios.evaluate --compare expert lane-follow constant-velocity --suite val --out eval/baselines
+
+A policy (SOURCE) is a store URI with a run and a version (``<store>/<run>@<version>`` or
+``@latest``), a training checkpoint folder, an exported policy folder (``python -m policy.export``),
+or a built-in baseline: ``expert`` (log replay), ``constant-velocity``, ``lane-follow``
+(``scenarios.baselines``). Each policy drives every scenario of the suite once, deterministically,
+closed loop: Ray actors each run ``rollout.evaluation.evaluate`` on waves of scenarios
+(``num_actors=0``: in this process). ``--compare A B ...`` evaluates several policies on the same
+scenarios with the same env settings and seed.
+
+Written to ``--out``: ``metrics.json`` (RAD's CR, DCR, SCR, DR, PDR, HDR, ADD, longitudinal and
+lateral jerk, success rate, route progress and counts, per policy, overall and per kind),
+``scenarios.csv`` (one row per policy and scenario), ``report.md`` (RAD Table 1's layout),
+``metrics.png`` (grouped bars), ``videos/<policy>/<scenario>.mp4`` (cameras and bird's-eye view of
+the worst clips, the event named on its frame and held ~1 s), ``config.yaml`` (the resolved settings).
+
+Before any rollout: the suite is loaded, every policy is resolved, and a checkpoint that is missing
+or corrupt, or a policy whose observation spec (parts, cameras, rig, resolution) does not match the
+suite's env, is refused with an error naming what differs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import re
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from scenarios.baselines import BASELINES, PARTS
+from sim.configs import ConfigError, field
+
+log = logging.getLogger("scenarios.evaluate")
+
+OBS_PARTS = ("cameras", "ego", "route", "agents", "map")
+
+
+class PolicyError(ValueError):
+    """A policy that cannot be evaluated on this suite (missing, corrupt, or built for another env)."""
+
+
+@dataclass(frozen=True)
+class EvaluateConfig:
+    policy: str = field(
+        "",
+        help="the policy: a store URI <store>/<run>@<version|latest>, a checkpoint folder, an exported policy "
+        "folder, or a baseline (expert, constant-velocity, lane-follow)",
+    )
+    compare: tuple[str, ...] = field((), help="several policies side by side (--compare A B ...); --policy joins them")
+    suite: str = field("val", help="scenarios: a built-in suite (train, val, test), a suite folder or a scenario file")
+    out: str = field("eval", help="output folder (metrics.json, scenarios.csv, report.md, metrics.png, videos/)")
+    env: dict = field({}, help="environment overrides (envs.EnvConfig keys), e.g. env.render_backend=cpu")
+    seed: int = field(0, help="the env's seed (the same for every policy)")
+    num_actors: int = field(2, help="Ray actors sharing the scenarios; 0 evaluates in this process")
+    num_envs: int = field(4, help="environments each actor (or this process) steps together")
+    cpus_per_actor: float = field(1.0, help="Ray CPUs per actor")
+    gpus_per_actor: float = field(0.0, help="fraction of a GPU per actor (gsplat renders there)")
+    threads: int = field(1, help="torch and renderer threads per actor (and in this process)")
+    ray_address: str = field("", help="Ray cluster to join ('': RAY_ADDRESS, else a local instance)")
+    videos: int = field(2, help="clips filmed per policy (0: none)")
+    video_scenarios: tuple[str, ...] = field((), help="film these scenario ids instead of the worst ones")
+    freeze_s: float = field(1.0, help="seconds the last (event) frame of a video is held")
+    plot: bool = field(True, help="write metrics.png")
+    progress: bool = field(True, help="show a progress bar over clips")
+
+    def __post_init__(self):
+        if self.num_actors < 0 or self.num_envs < 1 or self.threads < 1 or self.videos < 0:
+            raise ValueError("num_actors >= 0, num_envs >= 1, threads >= 1 and videos >= 0 are required")
+        if not (self.freeze_s >= 0 and math.isfinite(self.freeze_s)):
+            raise ValueError(f"freeze_s: expected seconds >= 0, got {self.freeze_s}")
+
+    @property
+    def policies(self) -> tuple[str, ...]:
+        return ((self.policy,) if self.policy else ()) + tuple(self.compare)
+
+
+# -- policies --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PolicyEntry:
+    """One policy to evaluate, as plain data (it travels to the Ray actors).
+
+    label: its name in tables and file names; spec: what the user gave; kind: 'baseline' or 'source';
+    env: the EnvConfig overrides it is evaluated with; source: for kind 'source', the resolved
+    policy source (``policy.sources``), which each actor turns into an act function.
+    """
+
+    label: str
+    spec: str
+    kind: str
+    env: dict
+    source: Any = None
+
+
+def suite_observation(scenarios: Sequence, env_config: Mapping[str, Any]):
+    """(observation space, (rig, width, height), EnvConfig) of the suite's env, without building an env."""
+    from envs.config import EnvConfig
+    from envs.observation import observation_space
+    from envs.suite import ScenarioPool
+    from sim.camera import make_rig
+
+    cfg = EnvConfig.from_dict(dict(env_config))
+    rig, w, h = ScenarioPool(list(scenarios), cfg).rig_spec()
+    return observation_space(cfg, len(make_rig(rig, w, h)), w, h), (rig, w, h), cfg
+
+
+def observation_mismatch(expected, actual, rig: tuple[str, int, int] | None = None) -> list[str]:
+    """What differs between a policy's observation space (``expected``) and the env's (``actual``), both
+    gymnasium Dicts, in words: missing or extra parts, other shapes (cameras spelled out as count and
+    size), other dtypes. Empty when they match."""
+    exp, act = dict(expected.spaces), dict(actual.spaces)
+    out = []
+    for k in sorted(set(exp) - set(act)):
+        out.append(f"the policy needs observation part {k!r}, which the env has switched off (env.{_part(k)}=true)")
+    for k in sorted(set(act) - set(exp)):
+        out.append(f"the env gives observation part {k!r}, which the policy was not built with (env.{_part(k)}=false)")
+    for k in sorted(set(exp) & set(act)):
+        e, a = exp[k], act[k]
+        es, as_ = tuple(getattr(e, "shape", ()) or ()), tuple(getattr(a, "shape", ()) or ())
+        if es != as_:
+            if k == "cameras" and len(es) == 4 and len(as_) == 4:
+                where = f" (rig {rig[0]})" if rig else ""
+                out.append(
+                    f"cameras: the policy expects {es[0]} camera(s) of {es[2]}x{es[1]}, the env gives "
+                    f"{as_[0]} of {as_[2]}x{as_[1]}{where}; set env.rig / env.resolution to the policy's"
+                )
+            else:
+                out.append(f"{k}: the policy expects shape {list(es)}, the env gives {list(as_)}")
+        elif getattr(e, "dtype", None) != getattr(a, "dtype", None):
+            out.append(f"{k}: the policy expects dtype {e.dtype}, the env gives {a.dtype}")
+    return out
+
+
+def _part(key: str) -> str:
+    return key.removesuffix("_mask")
+
+
+def _slug(label: str) -> str:
+    s = re.sub(r"[^A-Za-z0-9._@-]+", "_", label).strip("_.")
+    return s or "policy"
+
+
+def resolve_policies(specs: Sequence[str], scenarios: Sequence, env: Mapping[str, Any]) -> list[PolicyEntry]:
+    """Every policy resolved and checked against the suite's env; raises PolicyError before any rollout."""
+    if not specs:
+        raise PolicyError("no policy: give --policy SOURCE or --compare A B ...")
+    entries, seen = [], {}
+    env_space, rig, _ = suite_observation(scenarios, env)
+    for spec in specs:
+        spec = str(spec)
+        if spec in BASELINES:
+            parts = {p: (p in PARTS[spec]) for p in OBS_PARTS}
+            entry = PolicyEntry(spec, spec, "baseline", {**env, **parts})
+        else:
+            source = _resolve_source(spec)
+            space = _source_space(source, spec)
+            problems = observation_mismatch(space, env_space, rig)
+            if problems:
+                raise PolicyError(
+                    f"policy {spec!r} does not fit the suite's env: " + "; ".join(problems) + ". Nothing was run."
+                )
+            entry = PolicyEntry(_source_label(source, spec), spec, "source", dict(env), source)
+        if _slug(entry.label) in seen:
+            raise PolicyError(f"policies {seen[_slug(entry.label)]!r} and {spec!r} have the same name {entry.label!r}")
+        seen[_slug(entry.label)] = spec
+        entries.append(entry)
+    return entries
+
+
+def _resolve_source(spec: str):
+    """``policy.sources.resolve_policy_source(spec)``, its errors turned into PolicyError."""
+    try:
+        from policy.sources import resolve_policy_source
+    except ImportError as e:  # pragma: no cover - only before policy.sources exists
+        raise PolicyError(
+            f"policy {spec!r}: not a baseline ({', '.join(BASELINES)}), and loading trained policies needs "
+            f"policy.sources ({e})"
+        ) from None
+    try:
+        return resolve_policy_source(spec)
+    except PolicyError:
+        raise
+    except Exception as e:  # missing, corrupt, unreadable: the source says which file and why
+        raise PolicyError(f"policy {spec!r} cannot be loaded: {type(e).__name__}: {e}. Nothing was run.") from e
+
+
+def _source_space(source, spec: str):
+    space = getattr(source, "observation_space", None)
+    if space is None:
+        raise PolicyError(f"policy {spec!r}: its source gives no observation space to check against the env")
+    return space
+
+
+def _source_label(source, spec: str) -> str:
+    return str(getattr(source, "label", None) or spec)
+
+
+def make_act(entry: PolicyEntry, action_spec) -> Callable:
+    """``act(obs, infos) -> actions [B, 2]`` for a policy entry: the baseline's, or the source's
+    deterministic policy (built here, so in whichever process evaluates)."""
+    if entry.kind == "baseline":
+        from scenarios.baselines import baseline_act
+
+        return baseline_act(entry.spec, action_spec)
+    source = entry.source
+    fn = source.act_fn() if hasattr(source, "act_fn") else source.load()
+    return lambda obs, infos: np.asarray(fn(obs), dtype=np.int64)
+
+
+# -- rollouts --------------------------------------------------------------------------------------
+
+
+class EvalWorker:
+    """Evaluates shares of scenarios for any policy entry; a plain class, wrapped as a Ray actor."""
+
+    def __init__(self, threads: int = 1):
+        from rollout.worker import set_threads
+
+        set_threads(threads)
+        self._acts: dict[str, Callable] = {}
+
+    def run(self, entry: PolicyEntry, scenarios: Sequence, num_envs: int, progress=None) -> list[dict]:
+        from envs.config import EnvConfig
+        from rollout.evaluation import evaluate
+
+        if entry.label not in self._acts:
+            self._acts[entry.label] = make_act(entry, EnvConfig.from_dict(entry.env).action_spec)
+        return evaluate(self._acts[entry.label], list(scenarios), entry.env, num_envs, progress=progress)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+def _scenario_ref(sc):
+    """A scenario as it travels to an actor: its file when it has one (small), else the Scenario."""
+    p = getattr(sc, "path", None)
+    return str(p) if p else sc
+
+
+def rollouts(entries: Sequence[PolicyEntry], scenarios: Sequence, cfg: EvaluateConfig) -> dict[str, list[dict]]:
+    """Per policy label, one record per scenario (in the suite's order): Ray actors, or this process."""
+    from tqdm import tqdm
+
+    total = len(entries) * len(scenarios)
+    bar = tqdm(total=total, unit="clip", desc="evaluating", disable=not cfg.progress, file=sys.stderr)
+    out: dict[str, list[dict]] = {}
+    try:
+        if cfg.num_actors == 0:
+            worker = EvalWorker(cfg.threads)
+            for e in entries:
+                bar.set_postfix_str(e.label)
+                seen = [0]
+
+                def tick(done, _total, seen=seen):
+                    bar.update(done - seen[0])
+                    seen[0] = done
+
+                out[e.label] = worker.run(e, scenarios, cfg.num_envs, progress=tick)
+        else:
+            out = _ray_rollouts(entries, scenarios, cfg, bar)
+    finally:
+        bar.close()
+    return out
+
+
+def _ray_rollouts(entries, scenarios, cfg: EvaluateConfig, bar) -> dict[str, list[dict]]:
+    """Waves of ``num_envs`` scenarios handed out to ``num_actors`` actors as they free up (ray.wait)."""
+    import ray
+
+    started = _init_ray(cfg)
+    refs = [_scenario_ref(s) for s in scenarios]
+    waves = [(e, k, refs[k : k + cfg.num_envs]) for e in entries for k in range(0, len(refs), cfg.num_envs)]
+    opts: dict[str, Any] = dict(num_cpus=cfg.cpus_per_actor, max_restarts=1, max_task_retries=1)
+    if cfg.gpus_per_actor:
+        opts["num_gpus"] = cfg.gpus_per_actor
+    n = max(1, min(cfg.num_actors, len(waves)))
+    cls = ray.remote(EvalWorker)
+    actors = [cls.options(**opts).remote(cfg.threads) for _ in range(n)]
+    results: dict[tuple[str, int], list[dict]] = {}
+    try:
+        todo = list(waves)
+        pending = {}
+        for a in actors:
+            if todo:
+                e, k, share = todo.pop(0)
+                pending[a.run.remote(e, share, cfg.num_envs)] = (a, e, k, len(share))
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            a, e, k, size = pending.pop(ready[0])
+            results[(e.label, k)] = ray.get(ready[0])
+            bar.update(size)
+            if todo:
+                e2, k2, share = todo.pop(0)
+                pending[a.run.remote(e2, share, cfg.num_envs)] = (a, e2, k2, len(share))
+    finally:
+        for a in actors:
+            ray.kill(a, no_restart=True)
+        if started:
+            ray.shutdown()
+    return {e.label: [r for k in range(0, len(refs), cfg.num_envs) for r in results[(e.label, k)]] for e in entries}
+
+
+def _init_ray(cfg: EvaluateConfig) -> bool:
+    """Join the configured cluster (or RAY_ADDRESS), else start a local instance; True if we started one."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    address = cfg.ray_address or os.environ.get("RAY_ADDRESS") or None
+    kwargs: dict[str, Any] = dict(log_to_driver=False, configure_logging=False)
+    if address:
+        ray.init(address=address, **kwargs)
+    else:
+        ray.init(include_dashboard=False, **kwargs)
+    return True
+
+
+# -- videos ----------------------------------------------------------------------------------------
+
+
+def film(entry: PolicyEntry, scenario, act: Callable | None = None) -> tuple[list[np.ndarray], dict]:
+    """Drive one clip in a single env with ``render_mode="rgb_array"``: (frames, record).
+
+    frames[k] is the cameras + bird's-eye view after step k (frames[0] at the start); a single env (no
+    autoreset) renders the very state in which the event happened. The record has the evaluation's
+    fields (event, steps, collision_location, error), to check that the filmed drive is the evaluated one.
+    """
+    from envs.driving import DrivingEnv
+
+    env = DrivingEnv(entry.env, render_mode="rgb_array", scenarios=[scenario])
+    act = act or make_act(entry, env.action_spec)
+    obs, info = env.reset(options={"scenario": str(scenario.id)})
+    frames = [env.render()]
+    rec = dict(scenario=str(scenario.id), kind=str(scenario.tags.get("kind", "")), horizon=env._data.horizon)
+    rec.update(event="", steps=0, collision_location="", error="")
+    try:
+        while True:
+            batch = {k: v[None] for k, v in obs.items()}
+            action = np.asarray(act(batch, [info]))[0]
+            obs, _, term, trunc, info = env.step(action)
+            rec["steps"] += 1
+            frames.append(env.render())
+            if term or trunc:
+                rec["event"] = str(info.get("event", "") or "")
+                rec["collision_location"] = str(info.get("collision_location", "") or "")
+                rec["error"] = str(info.get("error", "") or "")
+                break
+    finally:
+        env.close()
+    return frames, rec
+
+
+def write_videos(entries, records, scenarios, cfg: EvaluateConfig, out: Path) -> dict[str, list[dict]]:
+    """Film each policy's chosen clips: ``video_scenarios`` if given, else its ``videos`` worst."""
+    from scenarios.report import worst_first, write_video
+
+    if cfg.videos == 0 and not cfg.video_scenarios:
+        return {}
+    by_id = {str(s.id): s for s in scenarios}
+    unknown = [s for s in cfg.video_scenarios if s not in by_id]
+    if unknown:
+        raise ConfigError(f"video_scenarios: unknown scenario id(s) {unknown}; the suite has {sorted(by_id)[:5]}...")
+    made: dict[str, list[dict]] = {}
+    for e in entries:
+        chosen = list(cfg.video_scenarios) or worst_first(records[e.label])[: cfg.videos]
+        evaluated = {str(r["scenario"]): r for r in records[e.label]}
+        act = None
+        for sid in chosen:
+            frames, rec = film(e, by_id[sid], act)
+            ev = evaluated[sid]
+            if (rec["event"], rec["steps"]) != (ev.get("event", ""), ev.get("steps")):
+                log.warning(
+                    "%s on %s: the filmed drive ended with %r at step %d, the evaluated one with %r at step %d",
+                    e.label, sid, rec["event"], rec["steps"], ev.get("event", ""), ev.get("steps"),
+                )  # fmt: skip
+            path = out / "videos" / _slug(e.label) / f"{_slug(sid)}.mp4"
+            path, n = write_video(path, frames, rec, label=e.label, freeze_s=cfg.freeze_s)
+            made.setdefault(e.label, []).append(
+                dict(scenario=sid, path=str(path.relative_to(out)), frames=n, event=rec["event"], step=rec["steps"])
+            )
+    return made
+
+
+# -- outputs ---------------------------------------------------------------------------------------
+
+
+def _clean(obj):
+    """JSON-safe: NaN/Inf as null, numpy scalars as python numbers."""
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_clean(v) for v in obj]
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def summarise(entries, records, scenarios, cfg: EvaluateConfig, suite_path: str, seconds: dict) -> dict:
+    """metrics.json's content (see the module docstring)."""
+    from scenarios.metrics import by_kind, rad_metrics
+
+    policies = {}
+    for e in entries:
+        recs = records[e.label]
+        policies[e.label] = dict(
+            spec=e.spec,
+            kind=e.kind,
+            overall=rad_metrics(recs),
+            by_kind=by_kind(recs),
+            errors=[f"{r['scenario']}: {r['error']}" for r in recs if r.get("error")],
+            seconds=seconds.get(e.label, float("nan")),
+        )
+    return dict(
+        suite=cfg.suite,
+        suite_path=suite_path,
+        scenarios=[str(s.id) for s in scenarios],
+        kinds={str(s.id): str(s.tags.get("kind", "")) for s in scenarios},
+        seed=cfg.seed,
+        env=dict(cfg.env),
+        order=[e.label for e in entries],
+        policies=policies,
+    )
+
+
+def write_outputs(summary: dict, records, videos, cfg: EvaluateConfig, out: Path) -> dict[str, Path]:
+    from scenarios.report import clip_row, kind_table, outcome_table, plot_metrics, rad_table, write_csv
+    from sim.configs import to_dict
+
+    out.mkdir(parents=True, exist_ok=True)
+    files = {}
+    summary = dict(summary, videos=videos)
+    files["metrics"] = _write_text(out / "metrics.json", json.dumps(_clean(summary), indent=2) + "\n")
+    rows = [clip_row(label, r) for label in summary["order"] for r in records[label]]
+    files["csv"] = write_csv(out / "scenarios.csv", rows)
+    overall = {label: summary["policies"][label]["overall"] for label in summary["order"]}
+    if cfg.plot:
+        files["plot"] = plot_metrics(out / "metrics.png", overall, f"{cfg.suite}: {len(summary['scenarios'])} clips")
+    lines = [
+        f"# Closed-loop evaluation on `{cfg.suite}`",
+        "",
+        f"{len(summary['scenarios'])} scenarios ({summary['suite_path']}), deterministic policies, env seed "
+        f"{cfg.seed}. RAD's metrics (REFERENCE.md): rates over all clips, first failure only; ADD in m, "
+        "jerks in m/s^3 and rad/s^3 over the steps before any failure. Lower is better.",
+        "",
+        rad_table(overall),
+        "",
+    ]
+    if cfg.plot:
+        lines += ["![metrics](metrics.png)", ""]
+    lines += ["## Per kind", "", kind_table({k: summary["policies"][k]["by_kind"] for k in summary["order"]}), ""]
+    lines += ["## Per scenario", "", outcome_table({k: records[k] for k in summary["order"]}), ""]
+    if videos:
+        lines += ["## Videos", ""]
+        for label, vids in videos.items():
+            for v in vids:
+                what = f"{v['event']} at step {v['step']}" if v["event"] else f"no event ({v['step']} steps)"
+                lines.append(f"- {label}, {v['scenario']}: [{v['path']}]({v['path']}) ({what})")
+        lines.append("")
+    errors = [(k, e) for k in summary["order"] for e in summary["policies"][k]["errors"]]
+    if errors:
+        lines += ["## Errors", ""] + [f"- {k}: {e}" for k, e in errors] + [""]
+    lines += ["## Policies", ""] + [
+        f"- {k}: `{summary['policies'][k]['spec']}` ({summary['policies'][k]['kind']})" for k in summary["order"]
+    ]
+    files["report"] = _write_text(out / "report.md", "\n".join(lines) + "\n")
+    import yaml
+
+    files["config"] = _write_text(out / "config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    return files
+
+
+def _write_text(path: Path, text: str) -> Path:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    return path
+
+
+# -- the whole run ---------------------------------------------------------------------------------
+
+
+@dataclass
+class EvaluationResult:
+    out: Path
+    summary: dict  # metrics.json's content
+    records: dict[str, list[dict]]  # per policy label, per scenario
+    videos: dict[str, list[dict]]
+    files: dict[str, Path]
+
+
+def load_scenarios(suite: str, env: Mapping[str, Any]) -> tuple[list, str]:
+    """The suite's scenarios and where they live. Built-in names are generated on first use."""
+    from envs.suite import resolve_scenarios
+
+    skip = bool(env.get("skip_broken", False))
+    scen = resolve_scenarios(suite, skip)
+    if not scen:
+        raise ConfigError(f"suite {suite!r} has no scenarios")
+    first = getattr(scen[0], "path", None)
+    return scen, str(Path(first).parent) if first else str(suite)
+
+
+def run(cfg: EvaluateConfig) -> EvaluationResult:
+    """Check everything, roll out every policy on every scenario, write the outputs."""
+    from envs.config import EnvConfig
+
+    EnvConfig.from_dict(cfg.env)  # unknown keys are errors before anything loads
+    env = {"seed": cfg.seed, **cfg.env}
+    scenarios, suite_path = load_scenarios(cfg.suite, env)
+    entries = resolve_policies(cfg.policies, scenarios, env)
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    log.info("evaluating %s on %d scenarios of %s", ", ".join(e.label for e in entries), len(scenarios), suite_path)
+    t0 = time.perf_counter()
+    records = rollouts(entries, scenarios, cfg)
+    seconds = {e.label: (time.perf_counter() - t0) / len(entries) for e in entries}
+    summary = summarise(entries, records, scenarios, cfg, suite_path, seconds)
+    videos = write_videos(entries, records, scenarios, cfg, out)
+    files = write_outputs(summary, records, videos, cfg, out)
+    return EvaluationResult(out, dict(summary, videos=videos), records, videos, files)
+
+
+# -- CLI -------------------------------------------------------------------------------------------
+
+_OVERRIDE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*=")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> EvaluateConfig:
+    """``[--config FILE] [--policy S] [--compare A B ...] [--suite NAME|DIR] [--out DIR] key=value...``."""
+    from sim.configs import build_parser, resolve
+
+    desc = __doc__.split("\n\n")[0] + "\n\n" + __doc__.split("\n\n", 2)[1]
+    p = build_parser(EvaluateConfig, "python -m scenarios.evaluate", desc)
+    p.add_argument("--policy", help="the policy to evaluate (see SOURCE above)")
+    p.add_argument("--compare", nargs="+", metavar="SOURCE", help="several policies side by side")
+    p.add_argument("--suite", help="built-in suite name (train, val, test) or a suite folder")
+    p.add_argument("--out", help="output folder")
+    args = p.parse_args(sys.argv[1:] if argv is None else list(argv))
+    overrides = list(args.overrides)
+    compare = []
+    for item in args.compare or ():
+        (overrides if _OVERRIDE.match(item) else compare).append(item)
+    extra: dict[str, Any] = {}
+    for key in ("policy", "suite", "out"):
+        if getattr(args, key) is not None:
+            extra[key] = getattr(args, key)
+    if args.compare:
+        extra["compare"] = compare
+    try:
+        cfg = resolve(EvaluateConfig, args.config, overrides, extra)
+    except ConfigError as e:
+        p.error(str(e))
+    if not cfg.policies:
+        p.error("no policy: give --policy SOURCE or --compare A B ...")
+    return cfg
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    cfg = parse_args(argv)
+    try:
+        result = run(cfg)
+    except (PolicyError, ConfigError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except ValueError as e:  # a broken suite or env setting: the message names the file and field
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    from scenarios.report import rad_table
+
+    overall = {k: result.summary["policies"][k]["overall"] for k in result.summary["order"]}
+    print(rad_table(overall))
+    print(f"\nwrote {', '.join(str(p) for p in result.files.values())}")
+    for vids in result.videos.values():
+        for v in vids:
+            print(f"video: {result.out / v['path']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
