@@ -110,7 +110,7 @@ def run(suite, steps: int, vector_steps: int, num_envs: int, config: dict) -> di
 
         sizes.append(len(load_cloud(sc.scene.background, "background")))
     out: dict = {
-        "suite": str(suite if suite is not None else cfg.suite),
+        "suite": str(suite if suite is not None else cfg.suite) if not isinstance(suite, list) else "(list)",
         "scenarios": len(scenarios),
         "background_gaussians": sizes,
         "config": {k: v for k, v in config.items()},

@@ -2,8 +2,9 @@
 
 Everything a step needs besides the ego's own state is a lookup in these arrays: the expert path
 (for deviation, route waypoints and the IL labels), the agents' boxes and velocities per step,
-the static obstacle boxes, the lane-centre points, and (loaded on first use) the scene and its
-static-collision index. Frames and units as ``sim.frames``: world metres, yaw from +x towards +y.
+the static obstacle boxes and the lane-centre points. The scene's PLYs are not held here: they go
+through ``scenarios.scene``'s bounded per-process cache, and the static-collision index is memoised
+on the background cloud (``StaticIndex.from_cloud``), so both are built once per scene. Frames and units as ``sim.frames``: world metres, yaw from +x towards +y.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ class ScenarioData:
     segment has a length), ``path_s`` [M] arclength, ``path_yaw`` [M] the logged yaw there,
     ``path_z`` [M] ground height. Agents (A of them, steps 0..horizon): ``agent_xy`` [T+1, A, 2],
     ``agent_yaw`` [T+1, A], ``agent_vel`` [T+1, A, 2] world m/s, ``agent_present`` [T+1, A] bool,
-    ``agent_size`` [A, 3]. Obstacles: ``obstacle_pose`` [O, 4], ``obstacle_size`` [O, 3]. Lanes:
+    ``agent_size`` [A, 3]. Obstacles: ``obstacle_pose`` [O, 4], ``obstacle_size`` [O, 3]; ``box_*``
+    the agents followed by the obstacles (stopped, always present), what the agents observation
+    picks from. Lanes:
     ``lane_points`` [L, 3] (x, y, heading). Labels: ``expert_action`` [T+1, 2] (lateral index,
     longitudinal index), the nearest feasible bins to the expert's 0.5 s displacement at each step
     (the last step repeats the one before).

@@ -18,7 +18,8 @@ Infos (gymnasium's dict of arrays with ``_key`` masks): keys that describe the *
 (``reward_terms``, ``reward_parts``, ``event``, ``collision_*``, ``static_gaussians``,
 ``action_applied``, ``action_projected``, ``error``) are given for every sub-env, ended or not;
 keys that describe the *returned observation* (``scenario``, ``step``, ``expert_action``,
-``path_distance``, ``heading_error``, ``action_mask``) follow the new episode for ended ones.
+``path_distance``, ``heading_error``, ``ego_state``, ``action_mask``) follow the new episode for
+ended ones; the ended episode's own are in ``final_info``.
 
 A sub-env whose scenario raises (in reset, step or rendering) ends that episode truncated with
 ``info["error"]`` and carries on with another scenario; the rest are not disturbed.
