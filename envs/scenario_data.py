@@ -4,7 +4,8 @@ Everything a step needs besides the ego's own state is a lookup in these arrays:
 (for deviation, route waypoints and the IL labels), the agents' boxes and velocities per step,
 the static obstacle boxes and the lane-centre points. The scene's PLYs are not held here: they go
 through ``scenarios.scene``'s bounded per-process cache, and the static-collision index is memoised
-on the background cloud (``StaticIndex.from_cloud``), so both are built once per scene. Frames and units as ``sim.frames``: world metres, yaw from +x towards +y.
+on the background cloud (``StaticIndex.from_cloud``), so both are built once per scene.
+Frames and units as ``sim.frames``: world metres, yaw from +x towards +y.
 """
 
 from __future__ import annotations
