@@ -155,6 +155,9 @@ class RolloutWorker:
         self.version = int(version)
         return self.version
 
+    def weights(self) -> dict[str, torch.Tensor]:
+        return {k: v.detach().clone() for k, v in self.policy.state_dict().items()}
+
     def observation_space(self):
         return self.env.single_observation_space
 

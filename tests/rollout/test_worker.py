@@ -1,0 +1,132 @@
+"""Rollout workers and the Ray actor group: fragments, bootstrapping, and a SIGKILLed actor."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from rollout.fragment import Fragment, stack_time
+from rollout.group import ActorResources, RolloutGroup
+from rollout.worker import RolloutWorker, WorkerSpec, aux_flags, env_info, to_torch
+from scenarios import save
+from tests.envs.handmade import straight_scenario
+
+ENV = {"resolution": (32, 16), "render_backend": "cpu"}
+POLICY = {"embed_dim": 32, "hidden_dim": 64}
+
+
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory):
+    d = tmp_path_factory.mktemp("rollout_suite")
+    save(straight_scenario(d, sid="plain", horizon=12), d / "plain.json")
+    save(straight_scenario(d, sid="lead", horizon=12, lead_gap=6.0, lead_speed=0.0), d / "lead.json")
+    return d
+
+
+def spec_for(suite, num_envs=3, seed=0):
+    return WorkerSpec(scenarios=(str(suite),), env_config=ENV, policy_config=POLICY, num_envs=num_envs, seed=seed)
+
+
+def test_fragment_shapes_and_tags(suite):
+    w = RolloutWorker(spec_for(suite))
+    w.set_weights(7, w.policy.state_dict())
+    f = w.sample(20)
+    assert isinstance(f, Fragment) and f.shape == (20, 3) and f.env_steps == 60 and f.policy_version == 7
+    assert f.obs["cameras"].shape == (20, 3, 3, 16, 32, 3) and f.obs["cameras"].dtype == np.uint8
+    assert f.actions.shape == (20, 3, 2) and f.logp.shape == (20, 3, 2) and f.values.shape == (20, 3, 2)
+    # horizon 12 and 20 steps: every env ended at least one episode, truncated (clip end) or terminated (event)
+    ended = f.terminated | f.truncated
+    assert ended.any(axis=0).all()
+    assert not (f.terminated & f.truncated).any()
+    # rewards are -1 exactly on terminated steps, in the part the event belongs to
+    assert np.all(f.rewards.sum(-1)[f.terminated] == -1.0) and np.all(f.rewards[~f.terminated] == 0.0)
+    assert len(f.episodes) == int(ended.sum())
+    for ep in f.episodes:
+        assert ep["terminated"] == bool(ep["event"]) and ep["ret"] in (0.0, -1.0)
+    # actions are feasible
+    mask = w.env.action_mask
+    assert mask[f.actions[..., 1], f.actions[..., 0]].all()
+
+
+def test_values_and_bootstrap_match_the_policy(suite):
+    """values[t] = V(obs[t]); on a non-final step next_values[t] = values[t+1]; on a truncated step it is
+    V(final observation), which differs from V(the next episode's first observation)."""
+    w = RolloutWorker(spec_for(suite, num_envs=2, seed=3))
+    f = w.sample(16)
+    with torch.no_grad():
+        flat = {k: torch.from_numpy(v.reshape(-1, *v.shape[2:])) for k, v in f.obs.items()}
+        v = w.policy.act(flat).values.numpy().reshape(16, 2, 2)
+    np.testing.assert_allclose(v, f.values, atol=1e-5)
+    cont = ~(f.terminated | f.truncated)
+    np.testing.assert_allclose(f.next_values[:-1][cont[:-1]], f.values[1:][cont[:-1]], atol=1e-5)
+    trunc = np.argwhere(f.truncated[:-1])
+    assert len(trunc)
+    assert any(not np.allclose(f.next_values[t, b], f.values[t + 1, b], atol=1e-4) for t, b in trunc)
+
+
+def test_stack_time_concatenates_envs(suite):
+    w = RolloutWorker(spec_for(suite, num_envs=2))
+    a, b = w.sample(5), w.sample(5)
+    batch = stack_time([a, b])
+    assert batch["actions"].shape == (5, 4, 2) and batch["obs.cameras"].shape[:2] == (5, 4)
+    assert torch.equal(batch["rewards"][:, 2:], torch.from_numpy(b.rewards))
+
+
+def test_env_info_and_aux_flags():
+    infos = {
+        "event": np.array(["dynamic_collision", ""], dtype=object),
+        "_event": np.array([True, True]),
+        "reward_terms": {"x": np.array([-1.0, 0.0]), "_x": np.array([True, False])},
+        "_reward_terms": np.array([True, True]),
+    }
+    assert env_info(infos, 0) == {"event": "dynamic_collision", "reward_terms": {"x": -1.0}}
+    assert env_info(infos, 1) == {"event": "", "reward_terms": {}}
+    assert aux_flags({"event": "dynamic_collision", "collision_location": "front_left"}).tolist() == [1, 0, 0, 0]
+    assert aux_flags({"event": "dynamic_collision", "collision_location": "rear"}).tolist() == [0, 1, 0, 0]
+    assert aux_flags({"event": "position_deviation", "heading_error": 0.3}).tolist() == [0, 0, 1, 0]
+    assert aux_flags({"event": "heading_deviation", "heading_error": -0.8}).tolist() == [0, 0, 0, 1]
+    assert not aux_flags({"event": ""}).any()
+
+
+def test_serial_group_is_the_local_worker(suite):
+    g = RolloutGroup(spec_for(suite, num_envs=2), num_actors=0)
+    g.set_weights(3, g.local.policy.state_dict())
+    frags = g.sample(4)
+    assert len(frags) == 1 and frags[0].policy_version == 3 and g.actor_pids() == [os.getpid()]
+    _ = to_torch(frags[0].obs)
+
+
+@pytest.mark.slow
+def test_sigkilled_actor_is_replaced_and_its_fragment_redone(suite, ray_session):
+    """Two rollout actors; one is SIGKILLed while sampling. The group replaces it, pushes the weights,
+    asks again, and returns one fragment per slot, all of the current version."""
+    g = RolloutGroup(spec_for(suite, num_envs=2), num_actors=2, resources=ActorResources(num_cpus=0.5))
+    try:
+        assert g.call("ping") == [0, 1]
+        g.set_weights(5, g.call("weights")[0])
+        pids = g.actor_pids()
+        victim = pids[1]
+
+        def kill_soon():
+            time.sleep(1.5)
+            os.kill(victim, signal.SIGKILL)
+
+        t = threading.Thread(target=kill_soon)
+        t.start()
+        frags = g.sample(60)  # long enough to still be running when the kill lands
+        t.join()
+        assert len(frags) == 2 and all(f.shape == (60, 2) for f in frags)
+        assert all(f.policy_version == 5 for f in frags)
+        assert g.restarts == 1
+        new_pids = g.actor_pids()
+        assert new_pids[0] == pids[0] and new_pids[1] != victim
+        # and it keeps working
+        assert len(g.sample(3)) == 2
+    finally:
+        g.shutdown()
