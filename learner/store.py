@@ -118,6 +118,10 @@ class _NoConditionalPut(Exception):
     """The S3 endpoint answered 501 to a PUT with If-Match (OpenStack Swift's s3api does)."""
 
 
+class _NoConditionalDelete(Exception):
+    """The S3 endpoint answered 501 to a DELETE with If-Match."""
+
+
 # --------------------------------------------------------------------------------------------------
 # Retries
 
@@ -558,6 +562,20 @@ class _LocalBackend:
             os.link(tmp, final)  # fails if final exists, and shows the content whole or not at all
         except FileExistsError:
             return False
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS):
+                raise
+            # No hard links (FUSE mounts of object stores): create-only but not atomic; a reader that
+            # catches it half-written sees invalid JSON, i.e. no valid commit yet.
+            try:
+                fd = os.open(final, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                return False
+            try:
+                os.write(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
         finally:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
@@ -743,15 +761,19 @@ class _S3Backend:
             from botocore.config import Config
         except ImportError:
             raise StoreError("s3:// checkpoint stores need boto3 (for conditional PUTs): pip install boto3") from None
-        config = Config(
+        options: dict[str, Any] = dict(
             retries={"max_attempts": 1, "mode": "standard"},
             connect_timeout=self.connect_timeout,
             read_timeout=self.request_timeout,
             s3={"addressing_style": "path"} if self.endpoint else None,
-            # No CRC trailers: S3-compatible stores (Swift, older MinIO) reject them.
-            request_checksum_calculation="when_required",
-            response_checksum_validation="when_required",
         )
+        try:
+            # No CRC trailers: S3-compatible stores (Swift, older MinIO) reject them (botocore >= 1.36).
+            config = Config(
+                **options, request_checksum_calculation="when_required", response_checksum_validation="when_required"
+            )
+        except TypeError:
+            config = Config(**options)
         return boto3.session.Session().client(
             "s3",
             endpoint_url=f"{self.scheme}://{self.endpoint}" if self.endpoint else None,
@@ -971,7 +993,7 @@ class _LocalLeaseOps:
         os.fsync(h.fd)
         return True
 
-    def release(self, h: _LocalHandle) -> None:
+    def release(self, h: _LocalHandle, token: str = "") -> None:
         try:
             if not self.verify(h):
                 return
@@ -1078,8 +1100,11 @@ class _S3LeaseOps:
                 "deleting",
             )
         except ClientError as exc:
-            if _client_status(exc)[0] in (404, 409, 412):
+            status, code = _client_status(exc)
+            if status in (404, 409, 412):
                 return False
+            if status == 501 or code == "NotImplemented":
+                raise _NoConditionalDelete from None
             raise
         return True
 
@@ -1088,8 +1113,14 @@ class _S3LeaseOps:
         try:
             return self._conditional_put(body, etag)
         except _NoConditionalPut:
-            if not self._conditional_delete(etag):
-                return None
+            try:
+                if not self._conditional_delete(etag):
+                    return None
+            except _NoConditionalDelete:
+                raise StoreError(
+                    f"{self.where}: this S3 endpoint supports neither If-Match PUTs nor If-Match DELETEs, so a lease "
+                    "cannot be replaced safely; delete the lease file by hand once sure its holder has stopped"
+                ) from None
             handle = self.create(body)
             return handle.etags[-1] if handle else None
 
@@ -1124,8 +1155,14 @@ class _S3LeaseOps:
         h.etags = [*h.etags[-7:], etag]
         return True
 
-    def release(self, h: _S3Handle) -> None:
-        self._conditional_delete(h.etags[-1])
+    def release(self, h: _S3Handle, token: str) -> None:
+        # Look first: a store that ignored If-Match on DELETE would otherwise delete a successor's lease.
+        if not self.verify(h, token):
+            return
+        try:
+            self._conditional_delete(h.etags[-1])
+        except _NoConditionalDelete:
+            self._call(lambda: self.b.client.delete_object(Bucket=self.b.bucket, Key=self.b.key(self.rel)), "deleting")
 
     def close(self, h: _S3Handle) -> None:
         pass
@@ -1544,6 +1581,10 @@ class Lease:
         self._lost: str | None = None
         self._released = False
         self._lock = threading.Lock()  # one refresh at a time; a check waits for one in flight
+        # After a heartbeat that could not reach the store, the next ones within this many seconds
+        # return False at once: an outage costs training one short stall now and then, not one per call.
+        self.heartbeat_backoff = 5.0
+        self._next_attempt = 0.0
 
     def _body(self) -> bytes:
         record = {
@@ -1565,48 +1606,56 @@ class Lease:
         """False once released or known to be lost."""
         return not self._released and self._lost is None
 
-    def _lose(self, why: str) -> LeaseLost:
-        if self._lost is None:
-            try:
-                holder = _describe_holder(self._ops.read()[0])
-            except Exception:
-                holder = "unknown (store unreachable)"
-            self._lost = f"{why}; the lease file now shows {holder}"
-            self._ops.close(self._handle)
+    def _mark_lost(self, why: str) -> None:
+        """Record the loss and drop the handle; call with self._lock held (the handle is used under it)."""
+        if self._lost is not None:
+            return
+        try:
+            holder = _describe_holder(self._ops.read()[0])
+        except Exception:
+            holder = "unknown (store unreachable)"
+        self._lost = f"{why}; the lease file now shows {holder}"
+        self._ops.close(self._handle)
+
+    def _error(self) -> LeaseLost:
+        if self._released:
+            return LeaseLost(f"lease of run '{self.run}' held by owner {self.owner!r} was released")
         return LeaseLost(
             f"lease of run '{self.run}' ({self._ops.where}) held by owner {self.owner!r} was lost: {self._lost}. "
             "Another process owns this run now: stop writing it"
         )
 
     def _check(self, r: _Retrier) -> None:
-        if self._released:
-            raise LeaseLost(f"lease of run '{self.run}' held by owner {self.owner!r} was released")
-        if self._lost is not None:
-            raise self._lose("")
+        if self._released or self._lost is not None:
+            raise self._error()
         if r(lambda: self._ops.verify(self._handle, self.token), f"checking {self._ops.where}"):
             return
         with self._lock:  # a heartbeat in flight may have just written a new version of our lease
+            if self._released or self._lost is not None:
+                raise self._error()
             if r(lambda: self._ops.verify(self._handle, self.token), f"checking {self._ops.where}"):
                 return
-        raise self._lose("LOCK.json is no longer ours (taken over or deleted)")
+            self._mark_lost("LOCK.json is no longer ours (taken over or deleted)")
+        raise self._error()
 
     def check(self) -> None:
         """Raise LeaseLost unless this lease still holds the run (one cheap read of the store)."""
         self._check(self.run_store._retrier())
 
-    def heartbeat(self, timeout: float = 10.0) -> bool:
+    def heartbeat(self, timeout: float = 2.0) -> bool:
         """Refresh the lease. True if refreshed; False (with a warning) if the store could not be
-        reached within ``timeout`` s — training goes on, the next heartbeat tries again. Raises
-        LeaseLost if another process took the run over."""
-        if self._released:
-            raise LeaseLost(f"lease of run '{self.run}' held by owner {self.owner!r} was released")
-        if self._lost is not None:
-            raise self._lose("")
+        reached within about ``timeout`` s — training goes on, and heartbeats in the next
+        ``heartbeat_backoff`` s return False without trying. Raises LeaseLost if another process
+        took the run over."""
+        if time.monotonic() < self._next_attempt and self.held:
+            return False
         base = self.run_store.store.retry
         policy = RetryPolicy(
             max_attempts=None, base_delay=base.base_delay, max_delay=base.max_delay, total_timeout=timeout
         )
         with self._lock:
+            if self._released or self._lost is not None:
+                raise self._error()
             try:
                 ok = retry(
                     lambda: self._ops.refresh(self._handle, self._body(), self.token),
@@ -1614,31 +1663,43 @@ class Lease:
                     what=f"heartbeat of {self._ops.where}",
                 )
             except StoreUnavailable as exc:
+                self._next_attempt = time.monotonic() + self.heartbeat_backoff
                 log.warning(
-                    "run '%s': could not refresh the lease (store unreachable), will try again: %s", self.run, exc
+                    "run '%s': could not refresh the lease (store unreachable), will try again in %.0f s: %s",
+                    self.run,
+                    self.heartbeat_backoff,
+                    exc,
                 )
                 return False
+            if not ok:
+                self._mark_lost("LOCK.json is no longer ours (taken over or deleted)")
         if not ok:
-            raise self._lose("LOCK.json is no longer ours (taken over or deleted)")
+            raise self._error()
         return True
 
     def release(self) -> None:
         """Give the run up (deletes LOCK.json if it is still ours). Idempotent."""
-        if self._released:
-            return
-        self._released = True
-        if self.run_store._lease is self:
-            self.run_store._lease = None
-        if self._lost is not None:
-            return
-        try:
-            retry(
-                lambda: self._ops.release(self._handle), self.run_store.store.retry, what=f"releasing {self._ops.where}"
-            )
-        except StoreUnavailable as exc:
-            log.warning(
-                "run '%s': could not delete the lease; it goes stale after %s s: %s", self.run, self.lease_timeout, exc
-            )
+        with self._lock:
+            if self._released:
+                return
+            self._released = True
+            if self.run_store._lease is self:
+                self.run_store._lease = None
+            if self._lost is not None:
+                return
+            try:
+                retry(
+                    lambda: self._ops.release(self._handle, self.token),
+                    self.run_store.store.retry,
+                    what=f"releasing {self._ops.where}",
+                )
+            except StoreUnavailable as exc:
+                log.warning(
+                    "run '%s': could not delete the lease; it goes stale after %s s: %s",
+                    self.run,
+                    self.lease_timeout,
+                    exc,
+                )
 
     def __enter__(self) -> Lease:
         return self

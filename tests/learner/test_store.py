@@ -530,9 +530,14 @@ def test_async_committer_waits_out_a_stopped_s3_server(tmp_path, caplog):
         committer.submit(payload(0), {"iteration": 0})
         assert committer.flush(30) and committer.last_committed == 1
 
+        other = CheckpointStore(server.uri("outage"), retry=FAST).run("other")
+        lease = other.acquire("trainer")  # (moto forgets it on restart: a lease for this phase only)
+
         server.stop()
         with pytest.raises(StoreUnavailable, match="gave up"):
             rs.versions()  # a plain call gives up after its policy
+        assert lease.heartbeat(timeout=0.2) is False  # the store is down: training goes on
+        assert lease.heartbeat() is False and lease.held  # without waiting again, for heartbeat_backoff s
         with caplog.at_level(logging.WARNING, logger="learner.store"):
             for i in range(1, 5):
                 committer.submit(payload(i), {"iteration": i})
@@ -599,6 +604,8 @@ def test_swift_outage_lease_and_checkpoints_survive_a_restart(swift_s3):
             try:
                 committer.submit(payload(2), {"iteration": 2})
                 assert lease.heartbeat(timeout=0.3) is False  # store down: training goes on
+                assert lease.heartbeat() is False  # and does not even wait, for heartbeat_backoff s
+                lease.heartbeat_backoff = 0.0
                 wait_until(lambda: committer.retries >= 2, what="retries against the stopped Swift")
                 assert committer.last_committed is None
             finally:
