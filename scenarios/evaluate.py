@@ -153,12 +153,27 @@ def _slug(label: str) -> str:
     return s or "policy"
 
 
+# EnvConfig keys that shape what a policy observes and how its actions decode: a trained policy's own
+# settings of these (its training env config) are kept, under the evaluation's env overrides. Everything
+# else -- termination thresholds, horizon, collision settings -- is the evaluation's, the same for all.
+SOURCE_ENV_KEYS = (
+    "cameras", "ego", "route", "agents", "map", "rig", "resolution", "max_agents", "agent_radius",
+    "obstacles_as_agents", "map_points", "map_spacing", "map_radius", "route_points", "route_spacing",
+    "n_lat", "lat_max", "n_long", "long_max",
+)  # fmt: skip
+
+
 def resolve_policies(specs: Sequence[str], scenarios: Sequence, env: Mapping[str, Any]) -> list[PolicyEntry]:
-    """Every policy resolved and checked against the suite's env; raises PolicyError before any rollout."""
+    """Every policy resolved and checked against the suite's env; raises PolicyError before any rollout.
+
+    env: the evaluation's EnvConfig overrides. A baseline gets them with the observation parts it does
+    not read switched off (cameras are most of a step's cost); a trained policy gets its own
+    observation settings (``SOURCE_ENV_KEYS`` of its training env config) under them, and must then
+    observe exactly what the suite's env gives: parts, camera count, rig resolution, dtypes, action bins.
+    """
     if not specs:
         raise PolicyError("no policy: give --policy SOURCE or --compare A B ...")
     entries, seen = [], {}
-    env_space, rig, _ = suite_observation(scenarios, env)
     for spec in specs:
         spec = str(spec)
         if spec in BASELINES:
@@ -166,13 +181,20 @@ def resolve_policies(specs: Sequence[str], scenarios: Sequence, env: Mapping[str
             entry = PolicyEntry(spec, spec, "baseline", {**env, **parts})
         else:
             source = _resolve_source(spec)
-            space = _source_space(source, spec)
-            problems = observation_mismatch(space, env_space, rig)
+            own = {k: v for k, v in dict(source.env_config or {}).items() if k in SOURCE_ENV_KEYS}
+            merged = {**own, **env}
+            try:
+                env_space, rig, env_cfg = suite_observation(scenarios, merged)
+            except ValueError as e:
+                raise PolicyError(f"policy {spec!r}: the suite's env cannot be set up for it: {e}") from None
+            problems = observation_mismatch(source.obs_space, env_space, rig)
+            if env_cfg.action_spec != source.action_spec:
+                problems.append(f"action bins: the policy has {source.action_spec}, the env {env_cfg.action_spec}")
             if problems:
                 raise PolicyError(
                     f"policy {spec!r} does not fit the suite's env: " + "; ".join(problems) + ". Nothing was run."
                 )
-            entry = PolicyEntry(_source_label(source, spec), spec, "source", dict(env), source)
+            entry = PolicyEntry(_source_label(source, spec), spec, "source", merged, source)
         if _slug(entry.label) in seen:
             raise PolicyError(f"policies {seen[_slug(entry.label)]!r} and {spec!r} have the same name {entry.label!r}")
         seen[_slug(entry.label)] = spec
@@ -182,42 +204,43 @@ def resolve_policies(specs: Sequence[str], scenarios: Sequence, env: Mapping[str
 
 def _resolve_source(spec: str):
     """``policy.sources.resolve_policy_source(spec)``, its errors turned into PolicyError."""
-    try:
-        from policy.sources import resolve_policy_source
-    except ImportError as e:  # pragma: no cover - only before policy.sources exists
-        raise PolicyError(
-            f"policy {spec!r}: not a baseline ({', '.join(BASELINES)}), and loading trained policies needs "
-            f"policy.sources ({e})"
-        ) from None
+    from policy.sources import resolve_policy_source
+
     try:
         return resolve_policy_source(spec)
-    except PolicyError:
-        raise
     except Exception as e:  # missing, corrupt, unreadable: the source says which file and why
-        raise PolicyError(f"policy {spec!r} cannot be loaded: {type(e).__name__}: {e}. Nothing was run.") from e
-
-
-def _source_space(source, spec: str):
-    space = getattr(source, "observation_space", None)
-    if space is None:
-        raise PolicyError(f"policy {spec!r}: its source gives no observation space to check against the env")
-    return space
+        raise PolicyError(f"policy {spec!r} cannot be loaded: {e}. Nothing was run.") from e
 
 
 def _source_label(source, spec: str) -> str:
-    return str(getattr(source, "label", None) or spec)
+    """A short name: ``<run>@<version>`` for a checkpoint, the folder's name for an exported package."""
+    prov = dict(getattr(source, "provenance", {}) or {})
+    if source.kind == "checkpoint" and prov.get("run") and prov.get("version") is not None:
+        return f"{prov['run']}@{prov['version']}"
+    if source.path is not None:
+        return Path(source.path).name or spec
+    return spec
 
 
-def make_act(entry: PolicyEntry, action_spec) -> Callable:
-    """``act(obs, infos) -> actions [B, 2]`` for a policy entry: the baseline's, or the source's
-    deterministic policy (built here, so in whichever process evaluates)."""
+def provenance(entry: PolicyEntry) -> dict:
+    """Where a policy came from, for metrics.json (a trained policy's run, version, manifest sha256...)."""
+    if entry.kind == "baseline":
+        return dict(kind="baseline", name=entry.spec)
+    keep = ("kind", "spec", "store_uri", "run", "version", "manifest_sha256", "path", "policy_json_sha256", "source")
+    prov = dict(getattr(entry.source, "provenance", {}) or {})
+    return {k: prov[k] for k in keep if k in prov}
+
+
+def make_act(entry: PolicyEntry, action_spec, threads: int | None = None) -> Callable:
+    """``act(obs, infos) -> actions [B, 2]`` for a policy entry: the baseline's, or the trained policy's
+    deterministic action (``PolicySource.make_actor``: eager for checkpoints, onnxruntime for exported
+    packages), built here, so in whichever process evaluates."""
     if entry.kind == "baseline":
         from scenarios.baselines import baseline_act
 
         return baseline_act(entry.spec, action_spec)
-    source = entry.source
-    fn = source.act_fn() if hasattr(source, "act_fn") else source.load()
-    return lambda obs, infos: np.asarray(fn(obs), dtype=np.int64)
+    actor = entry.source.make_actor(threads=threads)
+    return lambda obs, infos: np.asarray(actor(obs), dtype=np.int64)
 
 
 # -- rollouts --------------------------------------------------------------------------------------
@@ -230,6 +253,7 @@ class EvalWorker:
         from rollout.worker import set_threads
 
         set_threads(threads)
+        self.threads = threads
         self._acts: dict[str, Callable] = {}
 
     def run(self, entry: PolicyEntry, scenarios: Sequence, num_envs: int, progress=None) -> list[dict]:
@@ -237,7 +261,7 @@ class EvalWorker:
         from rollout.evaluation import evaluate
 
         if entry.label not in self._acts:
-            self._acts[entry.label] = make_act(entry, EnvConfig.from_dict(entry.env).action_spec)
+            self._acts[entry.label] = make_act(entry, EnvConfig.from_dict(entry.env).action_spec, self.threads)
         return evaluate(self._acts[entry.label], list(scenarios), entry.env, num_envs, progress=progress)
 
     def pid(self) -> int:
@@ -282,6 +306,7 @@ def _ray_rollouts(entries, scenarios, cfg: EvaluateConfig, bar) -> dict[str, lis
 
     started = _init_ray(cfg)
     refs = [_scenario_ref(s) for s in scenarios]
+    put = {e.label: ray.put(e) for e in entries}  # a trained policy's weights travel once, not per wave
     waves = [(e, k, refs[k : k + cfg.num_envs]) for e in entries for k in range(0, len(refs), cfg.num_envs)]
     opts: dict[str, Any] = dict(num_cpus=cfg.cpus_per_actor, max_restarts=1, max_task_retries=1)
     if cfg.gpus_per_actor:
@@ -296,7 +321,7 @@ def _ray_rollouts(entries, scenarios, cfg: EvaluateConfig, bar) -> dict[str, lis
         for a in actors:
             if todo:
                 e, k, share = todo.pop(0)
-                pending[a.run.remote(e, share, cfg.num_envs)] = (a, e, k, len(share))
+                pending[a.run.remote(put[e.label], share, cfg.num_envs)] = (a, e, k, len(share))
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)
             a, e, k, size = pending.pop(ready[0])
@@ -304,7 +329,7 @@ def _ray_rollouts(entries, scenarios, cfg: EvaluateConfig, bar) -> dict[str, lis
             bar.update(size)
             if todo:
                 e2, k2, share = todo.pop(0)
-                pending[a.run.remote(e2, share, cfg.num_envs)] = (a, e2, k2, len(share))
+                pending[a.run.remote(put[e2.label], share, cfg.num_envs)] = (a, e2, k2, len(share))
     finally:
         for a in actors:
             ray.kill(a, no_restart=True)
@@ -365,6 +390,7 @@ def film(entry: PolicyEntry, scenario, act: Callable | None = None) -> tuple[lis
 
 def write_videos(entries, records, scenarios, cfg: EvaluateConfig, out: Path) -> dict[str, list[dict]]:
     """Film each policy's chosen clips: ``video_scenarios`` if given, else its ``videos`` worst."""
+    from envs.config import EnvConfig
     from scenarios.report import worst_first, write_video
 
     if cfg.videos == 0 and not cfg.video_scenarios:
@@ -377,7 +403,7 @@ def write_videos(entries, records, scenarios, cfg: EvaluateConfig, out: Path) ->
     for e in entries:
         chosen = list(cfg.video_scenarios) or worst_first(records[e.label])[: cfg.videos]
         evaluated = {str(r["scenario"]): r for r in records[e.label]}
-        act = None
+        act = make_act(e, EnvConfig.from_dict(e.env).action_spec, cfg.threads)
         for sid in chosen:
             frames, rec = film(e, by_id[sid], act)
             ev = evaluated[sid]
@@ -420,6 +446,8 @@ def summarise(entries, records, scenarios, cfg: EvaluateConfig, suite_path: str,
         policies[e.label] = dict(
             spec=e.spec,
             kind=e.kind,
+            provenance=provenance(e),
+            env=dict(e.env),
             overall=rad_metrics(recs),
             by_kind=by_kind(recs),
             errors=[f"{r['scenario']}: {r['error']}" for r in recs if r.get("error")],
