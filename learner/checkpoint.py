@@ -8,6 +8,10 @@ Files of one version:
     trainer.json            stage, counters, python / numpy RNG states, the IL stage's evaluation
     config.json             the resolved TrainConfig
     metrics.json            the evaluation history so far
+    obs_space.json          the policy's observation space, action bins and camera rig (when the
+                            trainer passes them to ``encode``; ``policy.sources`` reads it to export
+                            or evaluate the checkpoint without building an env; older checkpoints
+                            lack it and are read from config.json's ``env`` instead)
 """
 
 from __future__ import annotations
@@ -70,8 +74,20 @@ def set_rng_state(d: Mapping[str, Any]) -> None:
     np.random.set_state(d["numpy"])  # noqa: NPY002
 
 
-def encode(learner_state: Mapping[str, Any], state: TrainState, config: Mapping[str, Any]) -> dict[str, bytes]:
-    """Store files for a checkpoint (see module docstring)."""
+def encode(
+    learner_state: Mapping[str, Any],
+    state: TrainState,
+    config: Mapping[str, Any],
+    *,
+    observation_space: Any = None,
+    action_spec: Any = None,
+    rig: Any = None,
+) -> dict[str, bytes]:
+    """Store files for a checkpoint (see module docstring).
+
+    observation_space (gymnasium Dict), action_spec (envs.actions.ActionSpec) and rig ((name, width,
+    height) or a sim.CameraRig): what the policy was built for, written to obs_space.json when given.
+    """
     opt_t, opt_tree = optimizer_state_to_payload(learner_state["optimizer"])
     numpy_state = rng_state()["numpy"]
     trainer = dict(
@@ -82,7 +98,7 @@ def encode(learner_state: Mapping[str, Any], state: TrainState, config: Mapping[
         numpy_rng=_jsonable(numpy_state),
     )
     rng_t = {"torch": torch.get_rng_state(), "learner_generator": learner_state["generator"]}
-    return {
+    files = {
         "policy.safetensors": tensors_to_bytes(learner_state["policy"]),
         "optimizer.safetensors": tensors_to_bytes(opt_t),
         "optimizer.json": json_bytes(opt_tree),
@@ -91,6 +107,11 @@ def encode(learner_state: Mapping[str, Any], state: TrainState, config: Mapping[
         "config.json": json_bytes(dict(config)),
         "metrics.json": json_bytes(state.history),
     }
+    if observation_space is not None:
+        from policy.sources import SPACES_FILE, spaces_json
+
+        files[SPACES_FILE] = json_bytes(spaces_json(observation_space, action_spec, rig))
+    return files
 
 
 def _jsonable(obj):
