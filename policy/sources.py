@@ -43,7 +43,7 @@ import logging
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -275,6 +275,11 @@ def parse_source(spec: str | os.PathLike) -> SourceSpec:
                 store, run, version = str(run_dir.parent), run_dir.name, int(m.group(1))
                 return SourceSpec("checkpoint_dir", text, store=store, run=run, version=version, path=local)
             if "@" not in local.name:  # a run folder: its newest version
+                if not any(_VERSION_DIR.fullmatch(p.name) for p in local.iterdir()):
+                    raise PolicySourceError(
+                        f"policy source {redact_uri(text)!r}: {local} is not an exported package (no {POLICY_JSON}), "
+                        f"not a checkpoint folder (no {MANIFEST}) and not a run folder (no ckpt-XXXXXXXX in it)"
+                    )
                 return SourceSpec("store", text, store=str(local.resolve().parent), run=local.name, version=None)
         if local.is_file():
             raise PolicySourceError(
@@ -318,7 +323,7 @@ class PolicySource:
     weights: the ActorCritic's state_dict (parameters and observation-normalisation buffers).
     env_config: the EnvConfig overrides it was trained with (config.json's ``env``): build the env
         with them (plus any scenario or render_backend choice) to get the observations it expects.
-    policy_config: the PolicyConfig overrides (config.json's ``policy``).
+    policy_config: the PolicyConfig overrides (config.json's ``policy``; for packages the full resolved config).
     obs_space: the observation space (a gymnasium Dict) the network was built for.
     action_spec: the env's ``envs.actions.ActionSpec`` (bins, feasibility mask).
     provenance: JSON-able: kind, spec, store_uri, run, version, manifest_sha256 (sha256 of the
@@ -341,7 +346,6 @@ class PolicySource:
     policy_json: dict | None = None
     path: Path | None = None
     rig: dict | None = None
-    _cache: dict = field(default_factory=dict, repr=False)
 
     @property
     def inputs(self) -> list[dict]:
@@ -684,7 +688,7 @@ def _resolve_exported(s: SourceSpec) -> PolicySource:
         weights = bytes_to_tensors((folder / wfile).read_bytes())
     except (OSError, ValueError) as e:
         raise PolicySourceError(f"{where}: {wfile}: {e}") from None
-    pol_over = spec.get("policy_config_overrides", spec.get("policy_config") or {})
+    pol_over = spec.get("policy_config") or {}
     _check_weights_fit(weights, obs_space, action_spec, pol_over, f"{where}: {wfile}")
     src = dict(spec.get("source") or {})
     provenance = dict(

@@ -252,6 +252,7 @@ def test_source_syntax(ckpt, tmp_path):
         ("nowhere", "store part is missing"),
         (f"{tmp_path}/missing/run", "no such folder"),
         ("", "empty"),
+        (str(tmp_path), "not a run folder"),
     ):
         with pytest.raises(PolicySourceError, match=what):
             parse_source(bad)
