@@ -526,7 +526,7 @@ def _resolve_checkpoint(s: SourceSpec) -> PolicySource:
             raise PolicySourceError(f"{where}: {SPACES_FILE} has format {sp.get('format')!r}, expected {SPACES_FORMAT}")
         obs_space = space_from_json(sp.get("observation"), f"{where}: {SPACES_FILE} 'observation'")
         action_spec = _action_spec(sp.get("action"), f"{where}: {SPACES_FILE} 'action'", env_cfg.action_spec)
-        rig = sp.get("rig")
+        rig = sp.get("rig") or _guess_rig(obs_space, env_cfg, config)
     else:
         obs_space, rig = _rebuild_obs_space(env_cfg, config, where)
         action_spec = env_cfg.action_spec
@@ -604,6 +604,27 @@ def _rebuild_obs_space(env_cfg, config: dict, where: str) -> tuple[gym.spaces.Di
         raise PolicySourceError(f"{where}: camera rig: {e}") from None
     space = observation_space(env_cfg, len(rig), rig.width, rig.height)
     return space, dict(name=rig.name, width=rig.width, height=rig.height)
+
+
+def _guess_rig(obs_space: gym.spaces.Dict, env_cfg, config: dict) -> dict | None:
+    """The rig of an obs_space.json without one: the env config's, else the suite's if it is here (never
+    generated for this); the resolution is the cameras input's. None when unknown (only for description)."""
+    if "cameras" not in obs_space.spaces:
+        return None
+    _, H, W, _ = obs_space["cameras"].shape
+    name = env_cfg.rig
+    if name is None:
+        suite = str(config.get("suite") or env_cfg.suite)
+        try:
+            from scenarios.builtin import BUILTIN_SUITES, BUILTIN_VERSION, cache_root
+
+            cached = cache_root() / f"builtin-{suite}-v{BUILTIN_VERSION}"
+            if suite in BUILTIN_SUITES and not (cached / "suite.yaml").is_file():
+                return None
+            name = _first_scenario_rig(suite, "").name
+        except (PolicySourceError, ImportError):
+            return None
+    return dict(name=name, width=int(W), height=int(H))
 
 
 def _first_scenario_rig(suite: str, where: str):

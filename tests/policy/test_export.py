@@ -289,6 +289,9 @@ def test_observation_space_rebuilt_from_config_without_obs_space_json(tmp_path, 
     _commit(tmp_path, net, {**config, "run": "lost", "suite": str(tmp_path / "gone")})
     with pytest.raises(PolicySourceError, match=r"env.rig/env.resolution .* training suite cannot be read"):
         resolve_policy_source(f"{tmp_path}/lost")
+    # obs_space.json without a rig: the rig's name from the suite, its resolution from the space
+    _commit(tmp_path, net, {**config, "run": "norig"}, observation_space=space, action_spec=spec)
+    assert resolve_policy_source(f"{tmp_path}/norig").rig == {"name": "front3", "width": 32, "height": 16}
     # weights that do not fit the space of the config (another camera resolution): refused, named
     _commit(tmp_path, net, {**config, "run": "wrong", "env": {"resolution": [64, 32]}})
     with pytest.raises(PolicySourceError, match=r"policy.safetensors: the weights do not fit"):
