@@ -38,8 +38,8 @@ PARTS = {
 }
 
 # lane-follow's settings
-LOOKAHEAD_S = 1.0  # s: pure-pursuit look-ahead time ...
-MIN_LOOKAHEAD = 6.0  # m: ... and its minimum distance
+LOOKAHEAD_S = 0.5  # s: pure-pursuit look-ahead time (the anchor's: it then lies on the centre line) ...
+MIN_LOOKAHEAD = 3.0  # m: ... and its minimum distance
 ALIGNED_COS = float(np.cos(np.radians(35.0)))  # lane points whose heading is within 35 deg of the ego's
 NEAR_X = 4.0  # m: lane points within this of the ego (along x) decide which lane it is in
 LINK_MAX_STEP = 5.0  # m: consecutive points of one lane's centre line are at most this far apart ...
