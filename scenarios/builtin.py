@@ -29,7 +29,7 @@ from scenarios.format import KINDS
 
 log = logging.getLogger(__name__)
 
-BUILTIN_VERSION = 1  # bump when generation changes, so caches of older suites are not reused
+BUILTIN_VERSION = 2  # bump when generation changes, so caches of older suites are not reused
 BUILTIN_SUITES = {"train": 2, "val": 1, "test": 1}  # scenarios per kind
 BUILTIN_GAUSSIANS = 100_000
 _COMPLETE = "suite.yaml"  # written last by generate_suite: its presence marks a complete suite
@@ -71,7 +71,9 @@ def builtin_suite(name: str, gaussians: int = BUILTIN_GAUSSIANS, progress: bool 
         log.info("generating built-in suite %r (%d scenarios) into %s", name, count, final)
         t0 = time.perf_counter()
         try:
-            generate_suite(tmp, suite=name, count=count, seed=0, kinds=KINDS, gaussians=gaussians, progress=progress)
+            generate_suite(
+                tmp, suite=name, count=count, seed=0, kinds=KINDS, gaussians=gaussians, workers=0, progress=progress
+            )
             if final.exists():  # an incomplete leftover (no suite.yaml): replace it
                 shutil.rmtree(final)
             os.rename(tmp, final)

@@ -120,9 +120,9 @@ def difficulty(scenario: Scenario, report: dict, draft: Draft) -> str:
     # braking over 0.5 s windows: single steps carry the bins' +-1 m/s^2 quantisation
     v = scenario.expert.speed[: scenario.horizon + 1]
     decel = float(max(np.max(v[:-5] - v[5:]) / 0.5, 0.0))
-    if decel >= 2.0 or ttc < 3.0 or radius < 60.0:
+    if decel >= 1.75 or ttc < 4.0 or radius < 60.0:
         return "hard"
-    if decel >= 1.0 or ttc < 5.0 or radius < 100.0:
+    if decel >= 0.9 or ttc < 6.0 or radius < 100.0:
         return "medium"
     return "easy"
 
@@ -379,8 +379,9 @@ def generate_suite(
     progress: bool = True,
 ) -> list[Path]:
     """Generate ``count`` scenarios into ``out``: scenario i has kind ``kinds[i % len(kinds)]`` and
-    seed ``suite_seed_base(suite) + seed + i``. Writes ``out/suite.yaml`` (what was generated, how)
-    last. Returns the scenario files."""
+    seed ``suite_seed_base(suite) + seed + i``. ``workers`` processes share the work (0: one per CPU,
+    at most 4); the result does not depend on it. Writes ``out/suite.yaml`` (what was generated,
+    how) last. Returns the scenario files."""
     import yaml
 
     kinds = tuple(kinds)
@@ -401,6 +402,9 @@ def generate_suite(
     jobs = [
         (kinds[i % len(kinds)], base + seed + i, suite, str(out), int(gaussians), int(horizon)) for i in range(count)
     ]
+    if workers <= 0:
+        workers = min(os.cpu_count() or 1, 4)
+    workers = min(workers, count)
     t0 = time.perf_counter()
     results = []
     bar = _progress(count, progress)
@@ -471,7 +475,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kinds", default=",".join(KINDS), help="comma-separated kinds, used round-robin")
     p.add_argument("--gaussians", type=int, default=DEFAULT_GAUSSIANS, help="Gaussians per background (~)")
     p.add_argument("--horizon", type=int, default=DEFAULT_HORIZON, help="steps of dt = 0.1 s per scenario")
-    p.add_argument("--workers", type=int, default=1, help="processes generating in parallel")
+    p.add_argument("--workers", type=int, default=0, help="processes generating in parallel (0: one per CPU, <= 4)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="overrides of the options above, e.g. count=8")
     return p
@@ -497,7 +501,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     if bad or not kinds:
         p.error(f"--kinds: unknown kind(s) {', '.join(bad) or '(none given)'}; kinds are {', '.join(KINDS)}")
     args.kinds = kinds
-    for name, lo in (("count", 1), ("seed", 0), ("gaussians", 1000), ("horizon", 10), ("workers", 1)):
+    for name, lo in (("count", 1), ("seed", 0), ("gaussians", 1000), ("horizon", 10), ("workers", 0)):
         if getattr(args, name) < lo:
             p.error(f"--{name} must be >= {lo}, got {getattr(args, name)}")
     if args.seed + args.count > SEEDS_PER_SUITE:

@@ -238,7 +238,7 @@ def test_cli_help(capsys):
 
 
 def _fake_generate(calls: list, delay: float = 0.3):
-    def fake(out, suite, count, seed, kinds, gaussians, progress=True):
+    def fake(out, suite, count, seed, kinds, gaussians, workers=1, progress=True):
         calls.append(suite)
         time.sleep(delay)  # long enough for the other threads to pile up on the lock
         Path(out).mkdir(parents=True)
@@ -278,6 +278,7 @@ def test_builtin_suite_failed_build_leaves_nothing(tmp_path, monkeypatch):
     monkeypatch.setattr(generate, "generate_suite", lambda out, *a, **kw: boom(out))
     with pytest.raises(RuntimeError, match="disk full"):
         builtin.builtin_suite("test", progress=False)
-    assert list((tmp_path / "scenarios").iterdir()) == [tmp_path / "scenarios" / ".builtin-test-v1.lock"]
+    lock = tmp_path / "scenarios" / f".builtin-test-v{builtin.BUILTIN_VERSION}.lock"
+    assert list((tmp_path / "scenarios").iterdir()) == [lock]
     with pytest.raises(ValueError, match="built-in suites are train, val, test"):
         builtin.builtin_suite("huge")
