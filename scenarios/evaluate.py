@@ -436,7 +436,7 @@ def _clean(obj):
     return obj
 
 
-def summarise(entries, records, scenarios, cfg: EvaluateConfig, suite_path: str, seconds: dict) -> dict:
+def summarise(entries, records, scenarios, cfg: EvaluateConfig, suite_path: str, seconds: float) -> dict:
     """metrics.json's content (see the module docstring)."""
     from scenarios.metrics import by_kind, rad_metrics
 
@@ -451,7 +451,6 @@ def summarise(entries, records, scenarios, cfg: EvaluateConfig, suite_path: str,
             overall=rad_metrics(recs),
             by_kind=by_kind(recs),
             errors=[f"{r['scenario']}: {r['error']}" for r in recs if r.get("error")],
-            seconds=seconds.get(e.label, float("nan")),
         )
     return dict(
         suite=cfg.suite,
@@ -460,6 +459,8 @@ def summarise(entries, records, scenarios, cfg: EvaluateConfig, suite_path: str,
         kinds={str(s.id): str(s.tags.get("kind", "")) for s in scenarios},
         seed=cfg.seed,
         env=dict(cfg.env),
+        rollout_seconds=seconds,
+        num_actors=cfg.num_actors,
         order=[e.label for e in entries],
         policies=policies,
     )
@@ -556,8 +557,7 @@ def run(cfg: EvaluateConfig) -> EvaluationResult:
     log.info("evaluating %s on %d scenarios of %s", ", ".join(e.label for e in entries), len(scenarios), suite_path)
     t0 = time.perf_counter()
     records = rollouts(entries, scenarios, cfg)
-    seconds = {e.label: (time.perf_counter() - t0) / len(entries) for e in entries}
-    summary = summarise(entries, records, scenarios, cfg, suite_path, seconds)
+    summary = summarise(entries, records, scenarios, cfg, suite_path, time.perf_counter() - t0)
     videos = write_videos(entries, records, scenarios, cfg, out)
     files = write_outputs(summary, records, videos, cfg, out)
     return EvaluationResult(out, dict(summary, videos=videos), records, videos, files)
