@@ -21,6 +21,7 @@ import os
 import random
 import socket
 import sys
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -40,6 +41,9 @@ from rollout.worker import WorkerSpec, build_policy, to_torch
 from sim.configs import parse_cli, to_dict
 
 log = logging.getLogger("learner.train")
+
+HEARTBEAT_S = 10.0  # lease refresh period (the store's lease timeout is 60 s)
+CLOSE_TIMEOUT_S = 600.0  # longest wait for pending checkpoints at exit (the store may be down)
 
 
 @dataclass
@@ -122,8 +126,19 @@ class Trainer:
         self.rs = self.store.run(self.name)
         owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.lease = self.rs.acquire(owner)  # RunLocked if another driver writes this run
+        self._beating = threading.Event()
+        self._beat = threading.Thread(target=self._heartbeat, name="lease-heartbeat", daemon=True)
+        self._beat.start()
         self.rs.cleanup()  # half-written versions of a crashed earlier driver
         self.committer = AsyncCommitter(self.rs, max_pending=2, on_commit=self._on_commit)
+
+    def _heartbeat(self) -> None:
+        """Keep the run lease fresh through long phases (demonstrations, evaluation) as well."""
+        while not self._beating.wait(HEARTBEAT_S):
+            try:
+                self.lease.heartbeat()
+            except Exception as e:  # LeaseLost surfaces at the next commit; keep beating otherwise
+                log.warning("lease heartbeat failed: %s", e)
 
     def _on_commit(self, version: int, meta: dict) -> None:
         log.info("checkpoint %d committed to %s", version, self.rs.uri)
@@ -155,13 +170,15 @@ class Trainer:
                 spec, r.num_actors, ActorResources(r.cpus_per_actor, r.gpus_per_actor, r.max_restarts)
             )
             obs_space, action_spec = self.group.call("observation_space")[0], self.group.call("action_spec")[0]
+            rig = self.group.call("rig")[0]
         else:
             from rollout.worker import build_env
 
             env = build_env(spec, num_envs=1)
             obs_space, action_spec = env.single_observation_space, env.action_spec
+            rig = (env.rig.name, env.rig.width, env.rig.height)
             env.close()
-        self.obs_space, self.action_spec = obs_space, action_spec
+        self.obs_space, self.action_spec, self.rig = obs_space, action_spec, rig
         policy_config = dict(cfg.policy)
 
         def make_policy():
@@ -182,7 +199,14 @@ class Trainer:
     # -- checkpoints -------------------------------------------------------------------------------
     def checkpoint(self, state: ckpt_io.TrainState, reason: str) -> None:
         lstate = self.learners.call("state")
-        files = ckpt_io.encode(lstate, state, self.config_dict)
+        files = ckpt_io.encode(
+            lstate,
+            state,
+            self.config_dict,
+            observation_space=self.obs_space,
+            action_spec=self.action_spec,
+            rig=self.rig,
+        )
         metrics = {}
         if state.last_eval:
             metrics = {f"val/{k}": v for k, v in state.last_eval.items() if isinstance(v, int | float)}
@@ -195,7 +219,6 @@ class Trainer:
             reason=reason,
             metrics=metrics,
         )
-        self.lease.heartbeat()
         self.committer.submit(files, meta)
 
     def restore(self) -> ckpt_io.TrainState:
@@ -206,6 +229,9 @@ class Trainer:
             self.learners.call("load_state", lstate)
             self._set_stage_settings(state)
             ckpt_io.restore_rng(rng)
+            if state.stage == "done" and cfg.stage != "il" and state.iteration < cfg.iterations:
+                state.stage = "rl"  # asked for more iterations than the finished run had: go on
+                self._set_stage_settings(state)
             log.info("resuming run %s from checkpoint %d (%s)", self.name, latest.version, state.stage)
             self.tracker.progress(
                 f"resumed from checkpoint {latest.version}: stage {state.stage}, iteration {state.iteration}, "
@@ -301,7 +327,6 @@ class Trainer:
                     f"IL {state.il_iteration}/{n_it} | loss {m.get('losses/il_loss', float('nan')):.3f} | "
                     f"acc lat {m.get('il/accuracy_lat', 0):.2f} long {m.get('il/accuracy_long', 0):.2f}"
                 )
-            self.lease.heartbeat()
             if state.il_iteration % cfg.checkpoint_every == 0 and state.il_iteration < n_it:
                 self.checkpoint(state, "periodic")
         state.il_eval = self.evaluate(state, "il")
@@ -320,7 +345,7 @@ class Trainer:
         T = cfg.rollout.fragment_length
         ep_window: list[dict] = []
         while state.iteration < cfg.iterations:
-            if self._is_il_round(state):
+            if self._is_il_round(state) and demos is not None:
                 t0 = time.perf_counter()
                 m = self.learners.call("update_il", demos, cfg.il.steps_per_iteration)
                 state.rounds += 1
@@ -361,14 +386,14 @@ class Trainer:
                 for err in f.errors:
                     log.warning("scenario failure in rollout: %s", err)
             self.tracker.log(state.env_steps, m)
+            ret = m.get("charts/episodic_return")
+            coll = m.get("charts/collision_rate")
             self.tracker.progress(
                 f"it {state.iteration}/{cfg.iterations} | {state.env_steps:,} steps | "
                 f"{m['charts/SPS']:.1f} steps/s (rollout {m['charts/rollout_SPS']:.1f}) | "
-                f"return {m.get('charts/episodic_return', float('nan')):+.2f} | "
-                f"collisions {m.get('charts/collision_rate', float('nan')):.0%} | "
-                f"restarts {self.group.restarts}"
+                f"return {'n/a' if ret is None else f'{ret:+.2f}'} | "
+                f"collisions {'n/a' if coll is None else f'{coll:.0%}'} | restarts {self.group.restarts}"
             )
-            self.lease.heartbeat()
             if cfg.eval.every and state.iteration % cfg.eval.every == 0 and state.iteration < cfg.iterations:
                 self.evaluate(state, f"rl@{state.iteration}")
             if state.iteration % cfg.checkpoint_every == 0 and state.iteration < cfg.iterations:
@@ -435,8 +460,10 @@ class Trainer:
 
     def close(self) -> None:
         errors = []
+        if getattr(self, "_beating", None) is not None:
+            self._beating.set()
         for fn in (
-            lambda: self.committer and self.committer.close(),
+            lambda: self.committer and self.committer.close(timeout=CLOSE_TIMEOUT_S),
             lambda: self.group and self.group.shutdown(),
             lambda: self.learners and self.learners.shutdown(),
             lambda: self.lease and self.lease.release(),

@@ -164,6 +164,11 @@ class RolloutWorker:
     def action_spec(self):
         return self.env.action_spec
 
+    def rig(self) -> tuple[str, int, int]:
+        """(rig name, width, height) the cameras render at."""
+        r = self.env.rig
+        return (r.name, r.width, r.height)
+
     def ping(self) -> int:
         return self.worker_id
 

@@ -6,6 +6,8 @@ import os
 
 import pytest
 
+from tests.s3_servers import moto_s3, swift_s3  # noqa: F401  (S3 endpoints on loopback, for any test)
+
 os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(os.path.dirname(os.path.dirname(__file__)), ".cache", "numba"))
 
 

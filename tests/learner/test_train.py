@@ -1,0 +1,186 @@
+"""The training driver end to end: train, checkpoint, resume, evaluate; a second driver is refused;
+and the same entrypoint as a Ray job on a real head node."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from learner.config import TrainConfig
+from learner.store import CheckpointStore, RunLocked
+from learner.train import train
+from scenarios import save
+from sim.configs import from_dict
+from tests.envs.handmade import straight_scenario
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory):
+    d = tmp_path_factory.mktemp("train_suite")
+    save(straight_scenario(d, sid="plain", horizon=10), d / "plain.json")
+    save(straight_scenario(d, sid="lead", horizon=10, lead_gap=8.0, lead_speed=0.0), d / "lead.json")
+    return d
+
+
+def tiny(tmp: Path, suite: Path, **over) -> TrainConfig:
+    data = {
+        "run": "tiny",
+        "store": str(tmp / "store"),
+        "out": str(tmp / "out"),
+        "suite": str(suite),
+        "env": {"resolution": [32, 16], "render_backend": "cpu"},
+        "policy": {"embed_dim": 32, "hidden_dim": 64},
+        "rollout": {"num_actors": 0, "envs_per_actor": 2, "fragment_length": 6},
+        "ppo": {"epochs": 2, "minibatches": 2},
+        "il": {"pretrain_iterations": 2, "steps_per_iteration": 2, "batch_size": 16, "rl_rounds": 2, "il_rounds": 1},
+        "eval": {"suite": str(suite), "every": 0, "num_envs": 2},
+        "iterations": 2,
+        "checkpoint_every": 1,
+        "tensorboard": True,
+    }
+    for k, v in over.items():
+        data[k] = v
+    return from_dict(TrainConfig, data)
+
+
+@pytest.mark.slow
+def test_train_checkpoint_resume_evaluate(tmp_path, suite):
+    r1 = train(tiny(tmp_path, suite))
+    s1 = r1.state
+    assert s1.stage == "done" and s1.il_iteration == 2 and s1.iteration == 2
+    assert s1.env_steps == 2 * 6 * 2  # iterations x fragment_length x envs
+    assert s1.il_eval is not None and s1.last_eval is not None and s1.last_eval["n"] == 2
+    rs = CheckpointStore(tmp_path / "store").run("tiny")
+    versions = rs.versions()
+    assert versions and r1.last_version == versions[-1]
+    meta = rs.load(versions[-1]).meta
+    assert meta["stage"] == "done" and meta["iteration"] == 2 and "val/CR" in meta["metrics"]
+    # the run folder: resolved config, provenance, metrics, TensorBoard, summary
+    folder = tmp_path / "out" / "tiny"
+    for name in ("config.yaml", "run.json", "metrics.jsonl", "summary.json"):
+        assert (folder / name).is_file(), name
+    assert any(p.name.startswith("events.out.tfevents") for p in folder.iterdir())
+    rows = [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()]
+    assert any("losses/policy_loss" in r for r in rows) and any("losses/il_loss" in r for r in rows)
+    assert any("charts/SPS" in r for r in rows) and any("val/CR" in r for r in rows)
+
+    # rerunning the same run with more iterations continues where it stopped: IL is not redone,
+    # the counters carry on, the optimizer and RNG come back from the checkpoint
+    r2 = train(tiny(tmp_path, suite, iterations=4))
+    s2 = r2.state
+    assert s2.il_iteration == 2 and s2.iteration == 4 and s2.env_steps == 4 * 6 * 2
+    assert len([h for h in s2.history if h["label"] == "il"]) == 1
+    assert rs.latest() > versions[-1]
+
+
+@pytest.mark.slow
+def test_second_driver_on_a_run_is_refused(tmp_path, suite):
+    rs = CheckpointStore(tmp_path / "store").run("tiny")
+    with rs.acquire("someone-else"), pytest.raises(RunLocked, match="someone-else"):
+        train(tiny(tmp_path, suite))
+    assert rs.versions() == []
+
+
+def _free_ports(n):
+    import socket
+
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+@pytest.mark.slow
+def test_ray_job_submit_runs_the_entrypoint(tmp_path, suite):
+    """A Ray head on loopback (own temp dir and ports, dashboard on 127.0.0.1, token auth as Ray sets it
+    up), the tiny run submitted as a job with the repository as working dir, its checkpoint committed
+    in the store; the head stopped by its PID."""
+    ray_bin = Path(sys.executable).parent / "ray"
+    temp = Path("/tmp") / f"sd-ray-{os.getpid()}"  # short: Ray's socket paths have a length limit
+    gcs, dash, client, nm, om, agent, metrics = _free_ports(7)
+    head = subprocess.Popen(
+        [
+            str(ray_bin),
+            "start",
+            "--head",
+            "--block",
+            "--node-ip-address",
+            "127.0.0.1",
+            "--port",
+            str(gcs),
+            "--temp-dir",
+            str(temp),
+            "--include-dashboard",
+            "true",
+            "--dashboard-host",
+            "127.0.0.1",
+            "--dashboard-port",
+            str(dash),
+            "--ray-client-server-port",
+            str(client),
+            "--node-manager-port",
+            str(nm),
+            "--object-manager-port",
+            str(om),
+            "--dashboard-agent-listen-port",
+            str(agent),
+            "--metrics-export-port",
+            str(metrics),
+            "--num-cpus",
+            "2",
+            "--disable-usage-stats",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    address = f"http://127.0.0.1:{dash}"
+    # the head turns on Ray's token auth (the token in ~/.ray/auth_token); clients must say so too
+    client_env = dict(os.environ, RAY_AUTH_MODE="token", PYTHONPATH=str(REPO))
+    store = tmp_path / "store"
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            probe = subprocess.run(
+                [str(ray_bin), "job", "list", "--address", address], capture_output=True, text=True, env=client_env
+            )
+            if probe.returncode == 0:
+                break
+            assert head.poll() is None, head.stdout.read()
+            assert time.monotonic() < deadline, "the Ray head did not come up"
+            time.sleep(2)
+        cmd = [
+            str(ray_bin), "job", "submit", "--address", address, "--working-dir", str(REPO), "--",
+            sys.executable, "-m", "learner.train", "--run", "job", "--store", str(store), f"out={tmp_path / 'out'}",
+            f"suite={suite}", f"eval.suite={suite}", "env.resolution=[32,16]", "env.render_backend=cpu",
+            "policy.embed_dim=32", "policy.hidden_dim=64", "rollout.num_actors=1", "rollout.envs_per_actor=2",
+            "rollout.fragment_length=4", "rollout.cpus_per_actor=0.5", "il.pretrain_iterations=1",
+            "il.steps_per_iteration=1", "il.batch_size=8", "iterations=1", "eval.every=0", "tensorboard=false",
+        ]  # fmt: skip
+        job = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=client_env)
+        out = job.stdout + job.stderr
+        assert job.returncode == 0, out[-4000:]
+        assert "SUCCEEDED" in out or "succeeded" in out, out[-4000:]
+        rs = CheckpointStore(store).run("job")
+        assert rs.latest() is not None
+        assert rs.load(rs.latest()).meta["stage"] == "done"
+    finally:
+        head.send_signal(signal.SIGTERM)  # --block: the ray start process stops what it started
+        try:
+            head.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)
+            head.wait(timeout=30)
