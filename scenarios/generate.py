@@ -244,21 +244,47 @@ _MARKING_KIND = {
 }
 
 
+def simplify_polyline(p: np.ndarray, tol: float = 0.02) -> np.ndarray:
+    """Douglas-Peucker: the vertices of polyline p [M, 2] needed to stay within ``tol`` metres of it
+    (a straight road keeps its two ends). The map keeps 1 m vertices; the background builder's cost
+    grows with the vertex count, not with the shape."""
+    p = np.asarray(p, dtype=np.float64)
+    keep = np.zeros(len(p), dtype=bool)
+    keep[[0, -1]] = True
+    stack = [(0, len(p) - 1)]
+    while stack:
+        i, j = stack.pop()
+        if j <= i + 1:
+            continue
+        a, b = p[i], p[j]
+        ab = b - a
+        L = np.hypot(*ab)
+        q = p[i + 1 : j] - a
+        d = np.abs(ab[0] * q[:, 1] - ab[1] * q[:, 0]) / L if L > 0 else np.hypot(q[:, 0], q[:, 1])
+        k = int(np.argmax(d))
+        if d[k] > tol:
+            m = i + 1 + k
+            keep[m] = True
+            stack += [(i, m), (m, j)]
+    return p[keep]
+
+
 def street_layout(draft: Draft):
     """The ``sim.procedural.StreetLayout`` of a draft: road strips, lane markings from the lane
     boundaries, curbs as road edges, and the static obstacles as props (baked into the background)."""
     from sim import procedural
 
     net = draft.net
+    simple = simplify_polyline
     marks = [
-        procedural.Marking(st.polyline, _MARKING_KIND[(st.style, st.color)])
+        procedural.Marking(simple(st.polyline), _MARKING_KIND[(st.style, st.color)])
         for st in net.stripes
         if len(st.polyline) >= 2 and np.linalg.norm(st.polyline[-1] - st.polyline[0]) > 0.5
     ]
     return procedural.StreetLayout(
-        roads=tuple(procedural.RoadSurface(st.centerline, st.width) for st in net.strips),
+        roads=tuple(procedural.RoadSurface(simple(st.centerline), st.width) for st in net.strips),
         markings=tuple(marks),
-        edges=tuple(procedural.RoadEdge(c.polyline, c.outward) for c in net.edges),
+        edges=tuple(procedural.RoadEdge(simple(c.polyline), c.outward) for c in net.edges),
         props=tuple(
             procedural.Prop(o.prop, float(o.pose[0]), float(o.pose[1]), float(o.pose[3])) for o in draft.obstacles
         ),

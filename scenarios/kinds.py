@@ -70,7 +70,9 @@ class Draft:
     v_cruise: float
     agents: list[AgentDraft] = field(default_factory=list)
     obstacles: list[ObstacleDraft] = field(default_factory=list)
-    must_collide: str | None = None  # "dynamic" / "static": holding v0 straight ahead must hit that
+    # "dynamic" / "static": holding v0 straight ahead must hit that; "route": an agent, holding v0 along
+    # the route (a merge); None: nothing to hit
+    must_collide: str | None = None
     params: dict = field(default_factory=dict)
 
 
@@ -115,7 +117,7 @@ def speed_profile(v0: float, changes, n: int, dt: float, jerk: float = 4.0) -> t
     return s[::fine].copy(), v[::fine].copy()
 
 
-def poses_along(path: np.ndarray, s: np.ndarray, offset=None, dt: float = 0.1) -> np.ndarray:
+def poses_along(path: np.ndarray, s: np.ndarray, offset=None) -> np.ndarray:
     """Box poses [n, 4] (x, y, z=0, yaw) of a vehicle at arclengths s [n] along path [M, 2], shifted
     ``offset`` [n] metres to the left (a lane change); yaw follows the motion."""
     xy, h = interpolate_polyline(path, s)
@@ -257,8 +259,9 @@ def draft_lead_vehicle(rng, garage: Garage, horizon: int, dt: float) -> Draft:
         v_end = 0.0 if rng.random() < 0.35 else float(rng.uniform(0.0, max(v_lead - 4.0, 0.5)))
         s_l, _ = speed_profile(v_lead, [(t_b, decel, v_end)], n, dt)
     s_center = ego_front + gap + size[0] / 2 + s_l
-    lead = AgentDraft("lead", "vehicle", asset, np.asarray(size, dtype=np.float64), poses_along(lane, s_center), None)
-    lead.present = present_on(lane, s_center, 1.0)
+    lead = AgentDraft(
+        "lead", "vehicle", asset, np.asarray(size, float), poses_along(lane, s_center), present_on(lane, s_center, 1.0)
+    )
     agents = [lead, *_traffic_in_lanes(net, ids, set(route), garage, rng, n, dt, ego_s, p=0.4)]
     return Draft(
         "lead_vehicle", net, route, path, v0, vc, agents, must_collide="dynamic", params={"mode": mode, "gap": gap}
@@ -293,9 +296,8 @@ def draft_cut_in(rng, garage: Garage, horizon: int, dt: float) -> Draft:
     shift = lane_offset(e, True, w) - lane_offset(src, True, w)  # metres left, from its lane to the ego's
     offset = shift * smooth_step((t - t_lc) / dur)
     s_center = start + s_c
-    poses = poses_along(lane_src, s_center, offset, dt)
-    cutter = AgentDraft("cut_in", "vehicle", asset, np.asarray(size, dtype=np.float64), poses, None)
-    cutter.present = present_on(lane_src, s_center, 1.0)
+    poses = poses_along(lane_src, s_center, offset)
+    cutter = AgentDraft("cut_in", "vehicle", asset, np.asarray(size, float), poses, present_on(lane_src, s_center, 1.0))
     others = _traffic_in_lanes(net, ids, {route[0], ids[f"f{src}"]}, garage, rng, n, dt, ego_s, p=0.4)
     return Draft(
         "cut_in",
