@@ -9,7 +9,7 @@ Per frame, in one numba call:
 1. cull chunks against each camera's frustum (planes widened by a bound on the projected 3-sigma
    extent, so culling never drops a Gaussian the reference would draw) and the near/far planes;
 2. project the Gaussians of the surviving chunks (EWA, as the reference), in parallel;
-3. per camera, radix-sort by depth and bin into 16x16 tiles (lists stay in depth order);
+3. bin into 16x16 tiles, then radix-sort each tile's list by depth, tiles in parallel;
 4. per tile, in parallel, composite front to back with per-pixel early stop.
 A posed actor is projected through ``viewmat @ world_T_box``, with SH evaluated in its own frame.
 """
@@ -363,54 +363,76 @@ def _project(work_pair, work_chunk, work_off, pair_view, eff, campos, Ks, chunk_
 
 
 @nb.njit(**_JIT, parallel=True)
-def _sort_and_count(view_slot0, o_valid, o_depth, o_rect, n_tx, n_ty, sorted_idx, n_sorted, tile_count):
-    """Per view: valid slots sorted by depth (LSD radix on the float bits; depths are > 0), and the
-    number of Gaussians per tile."""
+def _count_tiles(view_slot0, o_valid, o_rect, n_tx, n_ty, tile_count):
+    """Gaussians per tile of every view (slots read in order: cache-friendly)."""
     V = view_slot0.shape[0] - 1
-    keys = o_depth.view(np.uint32)
     for v in nb.prange(V):
-        a, b = view_slot0[v], view_slot0[v + 1]
-        n = 0
-        for s in range(a, b):
-            if o_valid[s]:
-                sorted_idx[a + n] = s
-                n += 1
-        n_sorted[v] = n
-        tmp = np.empty(n, np.int64)
-        src = sorted_idx[a : a + n]
-        for shift in (0, 11, 22):
-            hist = np.zeros(2049, np.int64)
-            for i in range(n):
-                hist[((keys[src[i]] >> shift) & 2047) + 1] += 1
-            for i in range(2048):
-                hist[i + 1] += hist[i]
-            for i in range(n):
-                d = (keys[src[i]] >> shift) & 2047
-                tmp[hist[d]] = src[i]
-                hist[d] += 1
-            src[:] = tmp
         base = v * n_tx * n_ty
-        for i in range(n):
-            s = src[i]
-            for ty in range(o_rect[s, 2] // TILE, o_rect[s, 3] // TILE + 1):
-                for tx in range(o_rect[s, 0] // TILE, o_rect[s, 1] // TILE + 1):
-                    tile_count[base + ty * n_tx + tx] += 1
+        for s in range(view_slot0[v], view_slot0[v + 1]):
+            if o_valid[s]:
+                for ty in range(o_rect[s, 2] // TILE, o_rect[s, 3] // TILE + 1):
+                    for tx in range(o_rect[s, 0] // TILE, o_rect[s, 1] // TILE + 1):
+                        tile_count[base + ty * n_tx + tx] += 1
 
 
 @nb.njit(**_JIT, parallel=True)
-def _fill_tiles(view_slot0, sorted_idx, n_sorted, o_rect, n_tx, n_ty, tile_off, tile_list):
+def _fill_tiles(view_slot0, o_valid, o_rect, n_tx, n_ty, tile_off, tile_list):
+    """Each tile's list of slots, in slot order (sorted by depth afterwards, tile by tile)."""
     V = view_slot0.shape[0] - 1
     for v in nb.prange(V):
         base = v * n_tx * n_ty
         cursor = tile_off[base : base + n_tx * n_ty].copy()
-        a = view_slot0[v]
-        for i in range(n_sorted[v]):
-            s = sorted_idx[a + i]
-            for ty in range(o_rect[s, 2] // TILE, o_rect[s, 3] // TILE + 1):
-                for tx in range(o_rect[s, 0] // TILE, o_rect[s, 1] // TILE + 1):
-                    t = ty * n_tx + tx
-                    tile_list[cursor[t]] = s
-                    cursor[t] += 1
+        for s in range(view_slot0[v], view_slot0[v + 1]):
+            if o_valid[s]:
+                for ty in range(o_rect[s, 2] // TILE, o_rect[s, 3] // TILE + 1):
+                    for tx in range(o_rect[s, 0] // TILE, o_rect[s, 1] // TILE + 1):
+                        t = ty * n_tx + tx
+                        tile_list[cursor[t]] = s
+                        cursor[t] += 1
+
+
+@nb.njit(**_JIT, parallel=True)
+def _sort_tiles(tile_off, tile_list, o_depth):
+    """Sort every tile's list by depth (front to back): LSD radix sort of (depth bits, slot) pairs.
+
+    Depths are > 0, so their float bits order as unsigned integers; a stable sort keeps equal
+    depths in slot order.
+    """
+    keys_all = o_depth.view(np.uint32)
+    for t in nb.prange(tile_off.shape[0] - 1):
+        a, b = tile_off[t], tile_off[t + 1]
+        n = b - a
+        if n < 2:
+            continue
+        lst = tile_list[a:b]
+        if n <= 32:  # insertion sort: short lists are common at the image edges
+            for i in range(1, n):
+                s = lst[i]
+                k = keys_all[s]
+                j = i - 1
+                while j >= 0 and keys_all[lst[j]] > k:
+                    lst[j + 1] = lst[j]
+                    j -= 1
+                lst[j + 1] = s
+            continue
+        pairs = np.empty(n, np.uint64)
+        for i in range(n):
+            pairs[i] = (np.uint64(keys_all[lst[i]]) << np.uint64(32)) | np.uint64(i)
+        tmp = np.empty(n, np.uint64)
+        for shift in (32, 43, 54):
+            hist = np.zeros(2049, np.int64)
+            for i in range(n):
+                hist[((pairs[i] >> np.uint64(shift)) & np.uint64(2047)) + 1] += 1
+            for i in range(2048):
+                hist[i + 1] += hist[i]
+            for i in range(n):
+                d = (pairs[i] >> np.uint64(shift)) & np.uint64(2047)
+                tmp[hist[d]] = pairs[i]
+                hist[d] += 1
+            pairs, tmp = tmp, pairs
+        orig = lst.copy()
+        for i in range(n):
+            lst[i] = orig[pairs[i] & np.uint64(0xFFFFFFFF)]
 
 
 @nb.njit(**_JIT, parallel=True)
@@ -560,14 +582,14 @@ def render_cpu(scenes, viewmats, Ks, width, height, near=0.01, far=1e10):
         first = np.searchsorted(item_view, np.arange(V + 1))
         view_slot0 = work_off[first].astype(np.int64)
     n_tx, n_ty = (W + TILE - 1) // TILE, (H + TILE - 1) // TILE
-    sorted_idx = np.empty(n_slots, np.int64)
-    n_sorted = np.zeros(V, np.int64)
     tile_count = np.zeros(V * n_tx * n_ty, np.int64)
-    _sort_and_count(view_slot0, o_valid, o_depth, o_rect, n_tx, n_ty, sorted_idx, n_sorted, tile_count)
+    _count_tiles(view_slot0, o_valid, o_rect, n_tx, n_ty, tile_count)
     tile_off = np.zeros(len(tile_count) + 1, np.int64)
     np.cumsum(tile_count, out=tile_off[1:])
     tile_list = np.empty(int(tile_off[-1]), np.int64)
-    _fill_tiles(view_slot0, sorted_idx, n_sorted, o_rect, n_tx, n_ty, tile_off, tile_list)
+    _fill_tiles(view_slot0, o_valid, o_rect, n_tx, n_ty, tile_off, tile_list)
+    with nb.parallel_chunksize(1):
+        _sort_tiles(tile_off, tile_list, o_depth)
 
     out_rgb = np.empty((V, H, W, 3), np.float32)
     out_alpha = np.empty((V, H, W), np.float32)
