@@ -64,7 +64,7 @@ FLAT_SIGMA = 0.008  # normal-axis scale of surface Gaussians: flat discs
 OPACITY = 0.99  # the renderers cap alpha at 0.99: surfaces saturate pixels as fast as they can
 FILL_OPACITY = 0.96  # volume fill of obstacles (hidden behind their surfaces)
 SIGMA_PER_PITCH = 0.6  # tangent sigma / sampling pitch: neighbours overlap without holes
-JITTER = 0.15  # of a grid cell: breaks exact grids
+JITTER = 0.08  # of a grid cell: enough to break exact grids (equal depths), small enough to leave no holes
 
 # Markings (US-style): 0.15 m lines, dashes 3 m on / 9 m off.
 MARKING_WIDTH = 0.15
@@ -75,12 +75,13 @@ CROSSWALK_WIDTH = 3.0  # along the traffic direction
 CROSSWALK_BAR, CROSSWALK_PERIOD = 0.55, 1.1
 MARKING_KINDS = ("solid_white", "dashed_white", "solid_yellow", "double_yellow", "stop_line", "crosswalk")
 # Flank rows beside paint: offsets from the paint edge and their sigmas, finest first. A stripe uses
-# the rows finer than half the road Gaussians' sigma across it, then the coarse road takes over.
+# the rows finer than 0.35 of the road Gaussians' sigma across it (at most MAX_FLANK_ROWS), then the
+# coarse road, pushed out of the stripe's clear zone, takes over.
 FLANK_OFFSETS = (0.05, 0.14, 0.27, 0.45, 0.70, 1.00)
 FLANK_SIGMAS = (0.035, 0.06, 0.09, 0.13, 0.18, 0.25)
 PAINT_ROW_PITCH = 0.075
 ZEBRA_COLUMN_PITCH = 0.1
-STRIPE_CLEARANCE = 1.5  # road Gaussians keep this many of their sigmas clear of a stripe's last row
+STRIPE_CLEARANCE = 1.0  # road Gaussians keep this many of their sigmas clear of a stripe's last row
 MAX_FLANK_ROWS = 2  # beyond, the clear zone grows instead (coarse scenes: cheaper paint, softer edges)
 
 # Relative densities (Gaussians per m^2 per unit of the solved density factor): near, often-seen
@@ -96,14 +97,13 @@ W_FACADE, W_SIDE_WALL, W_BACK_WALL = 0.9, 0.5, 0.15
 FACADE_ASPECT = 1.7
 W_CANOPY = 0.5
 CANOPY_SIGMA_PER_PITCH = 0.65  # leaves overlap less than a closed surface: light shows through
-W_POLE = 1.0
 
 DENSITY_TOLERANCE = 0.03  # of the Gaussian budget
 MIN_DENSITY = 0.05  # Gaussians per m^2 (a 4.5 m pitch): below, a scene is too coarse to be a street
 EXTENT_MARGIN = 32.0  # default populated margin around the roads
 SKY_MARGIN = 15.0  # dome distance beyond the extent (render distances are ~200-250 m)
-SKY_SIGMA_PER_PITCH = 0.62  # the dome must cover every pixel (alpha ~ 1)
-SKY_BELOW = 1.2  # rad of dome below the horizon: distant ground seen past the extent or through gaps
+SKY_SIGMA_PER_PITCH = 0.68  # the dome must cover every pixel (alpha ~ 1)
+SKY_BELOW = 0.12  # rad of dome below the horizon: the distant ground seen past the extent
 
 # Buildings.
 SETBACK_RANGE = (2.0, 10.0)  # from the sidewalk's outer edge
@@ -190,7 +190,7 @@ def _polyline_array(a, where: str) -> np.ndarray:
     return p
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # arrays inside: identity equality
 class RoadSurface:
     """An asphalt strip: ``centerline`` [M, 2] world xy metres (M >= 2), ``width`` full paved width (m)."""
 
@@ -203,7 +203,7 @@ class RoadSurface:
             raise ValueError(f"RoadSurface.width must be a positive number of metres, got {self.width}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # arrays inside: identity equality
 class Marking:
     """Road paint along ``polyline`` [M, 2]; ``kind`` one of ``MARKING_KINDS``.
 
@@ -220,7 +220,7 @@ class Marking:
             raise ValueError(f"Marking.kind: expected one of {', '.join(MARKING_KINDS)}, got {self.kind!r}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # arrays inside: identity equality
 class RoadEdge:
     """A curb line ``polyline`` [M, 2]; sidewalk, then verge and buildings, on the outward side.
 
@@ -255,7 +255,7 @@ class Prop:
             raise ValueError(f"Prop({self.kind!r}): x, y, yaw must be finite, got {(self.x, self.y, self.yaw)}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # arrays inside: identity equality
 class StreetLayout:
     """Everything :func:`build_background` needs. ``extent`` = (xmin, ymin, xmax, ymax) world metres to
     populate with verges and buildings (default: the roads' bounding box plus ``EXTENT_MARGIN``)."""
@@ -267,8 +267,12 @@ class StreetLayout:
     extent: tuple[float, float, float, float] | None = None
 
     def __post_init__(self):
-        for name in ("roads", "markings", "edges", "props"):
-            object.__setattr__(self, name, tuple(getattr(self, name)))
+        for name, cls in (("roads", RoadSurface), ("markings", Marking), ("edges", RoadEdge), ("props", Prop)):
+            items = tuple(getattr(self, name))
+            for i, it in enumerate(items):
+                if not isinstance(it, cls):
+                    raise TypeError(f"StreetLayout.{name}[{i}]: expected a {cls.__name__}, got {type(it).__name__}")
+            object.__setattr__(self, name, items)
         if not self.roads:
             raise ValueError("StreetLayout.roads: at least one RoadSurface is needed")
         if self.extent is not None:
@@ -401,12 +405,19 @@ class _Noise:
         return np.sin(np.asarray(xy)[:, :2] @ self.k.T + self.phase).sum(1) * self.norm
 
 
-def _jittered_grid(rng: np.random.Generator, n_u: int, n_v: int, jitter: float = JITTER):
-    """Samples in [0, 1]^2 on an n_u x n_v grid, each moved within +-jitter of its cell: u [n], v [n]."""
-    n_u, n_v = max(int(n_u), 1), max(int(n_v), 1)
+def _jittered_grid(rng: np.random.Generator, n_u: int, n_v: int, jitter: float = JITTER, closed_v: bool = False):
+    """Samples in [0, 1]^2 on an n_u x n_v grid, each moved within +-jitter of its cell: u [n], v [n].
+
+    closed_v: the v rows run from edge to edge (v = 0 and v = 1 included, pitch 1 / (n_v - 1)), so a
+    strip's boundary rows sit on its boundary and strips meet without a seam.
+    """
+    n_u, n_v = max(int(n_u), 1), max(int(n_v), 2 if closed_v else 1)
     i, j = np.meshgrid(np.arange(n_u), np.arange(n_v), indexing="ij")
     u = (i.ravel() + 0.5 + rng.uniform(-jitter, jitter, i.size)) / n_u
-    v = (j.ravel() + 0.5 + rng.uniform(-jitter, jitter, j.size)) / n_v
+    if closed_v:
+        v = np.clip((j.ravel() + rng.uniform(-jitter, jitter, j.size)) / (n_v - 1), 0.0, 1.0)
+    else:
+        v = (j.ravel() + 0.5 + rng.uniform(-jitter, jitter, j.size)) / n_v
     return u, v
 
 
@@ -873,8 +884,6 @@ def build_vehicle(kind: str, color: tuple[float, float, float] | None = None, se
         f = np.clip((z - z_lo) / max(z_hi - z_lo, 1e-6), 0.0, 1.0)[:, None]
         return np.asarray(GLASS) * (1 - f) + np.asarray(GLASS_TOP) * f
 
-    outline_top = prof  # for side-glass distances
-
     def rgb_top(seg, x, y, z, nrm):
         n = len(x)
         c = body_rgb(x, n)
@@ -906,7 +915,7 @@ def build_vehicle(kind: str, color: tuple[float, float, float] | None = None, se
         n = len(x)
         c = body_rgb(x, n)
         g0, g1 = spec.side_glass
-        d_edge = _segment_distance(np.stack([x, z], 1), outline_top)
+        d_edge = _segment_distance(np.stack([x, z], 1), prof)  # pillars: glass keeps off the outline
         glass = (z > spec.belt + 0.03) & (x > g0) & (x < g1) & (d_edge > spec.pillar)
         for p in spec.posts:
             glass &= np.abs(x - p) > 0.06
@@ -1490,8 +1499,8 @@ def _out_of_stripes(stripes: list[_Stripe], xy: np.ndarray) -> tuple[np.ndarray,
                 continue
             idx, u, v = cand[hit], u[hit], v[hit]
             inside[idx] = True
-            past_end = ((u > st.half_len) & st.ends[1]) | ((u < -st.half_len) & st.ends[0])
-            along = past_end & (cu - np.abs(u) < cv - np.abs(v))
+            # beside the paint: out across the stripe; beyond a free end: out past the end
+            along = ((u > st.half_len) & st.ends[1]) | ((u < -st.half_len) & st.ends[0])
             u = np.where(along, np.sign(u) * cu * 1.001, u)
             v = np.where(along, v, np.where(v >= 0, 1.0, -1.0) * cv * 1.001)
             xy[idx] = st.center + u[:, None] * st.direction + v[:, None] * nrm
@@ -1517,30 +1526,31 @@ def _asphalt_fn(seed: int):
 def _gen_roads(plan: _Plan, pitch: float, stripes: list[_Stripe], asphalt) -> _Parts:
     rng = _rng(plan.seed, "road")
     parts = _Parts()
+    pitch = pitch / math.sqrt(W_ROAD)
     a_along = pitch * math.sqrt(ROAD_ASPECT)
     a_across = pitch / math.sqrt(ROAD_ASPECT)
     for i, (poly, w) in enumerate(plan.roads):
         n_s = math.ceil(poly.length / a_along)
-        n_t = math.ceil(w / a_across)
-        fs, ft = _jittered_grid(rng, n_s, n_t)
-        # keep the outermost rows inside the strip: jitter pushes them at most JITTER cells out
-        ft = np.clip(ft, 0.5 / n_t, 1 - 0.5 / n_t) if n_t > 1 else ft
+        n_t = math.ceil(w / a_across) + 1
+        fs, ft = _jittered_grid(rng, n_s, n_t, closed_v=True)  # edge rows on the edges: no seam at the curb
         s = fs * poly.length
         t = (ft - 0.5) * w
         xy, tan, nrm = poly.at(s)
         xy = xy + nrm * t[:, None]
+        # where roads overlap the earlier one paves; tested before paint pushes points around, so a
+        # point pushed towards an earlier road still closes the gap beside the paint
+        mine = ~_in_roads(plan, xy, upto=i) if i else np.ones(len(xy), dtype=bool)
         moved, keep = _out_of_stripes(stripes, xy)
+        keep &= mine
         # a point pushed past the road's edge (by an edge line's clear zone) stays on the road
         t_new = t + ((moved - xy) * nrm).sum(1)
-        lim = w / 2 - 0.02
+        lim = w / 2 - 0.01
         xy = moved - nrm * (t_new - np.clip(t_new, -lim, lim))[:, None]
-        if i:
-            keep &= ~_in_roads(plan, xy, upto=i)
         xy, tan = xy[keep], tan[keep]
         n = len(xy)
         yaw = np.arctan2(tan[:, 1], tan[:, 0]) + rng.uniform(-0.05, 0.05, n)
         z = rng.uniform(-GROUND_Z_JITTER, GROUND_Z_JITTER, n)
-        sc = (SIGMA_PER_PITCH * poly.length / n_s, SIGMA_PER_PITCH * w / n_t, FLAT_SIGMA)
+        sc = (SIGMA_PER_PITCH * poly.length / n_s, SIGMA_PER_PITCH * w / (n_t - 1), FLAT_SIGMA)
         parts.add(np.column_stack([xy, z]), sc, _quats_yaw(yaw), OPACITY, asphalt(xy))
     return parts
 
@@ -1555,8 +1565,8 @@ def _gen_edges(plan: _Plan, pitch: float) -> tuple[_Parts, _Parts]:
     slab_tint = _rng(plan.seed, "slabs").uniform(-0.06, 0.06, 4096)
     for poly, outward in plan.edges:
         n_s = math.ceil(poly.length / a_curb)
-        # curb top: two rows
-        fs, ft = _jittered_grid(rng, n_s, 2, jitter=0.2)
+        # curb top: two rows, on its two edges
+        fs, ft = _jittered_grid(rng, n_s, 2, jitter=0.2, closed_v=True)
         xy, tan, nrm = poly.at(fs * poly.length)
         xy = xy + nrm * (outward * ft * CURB_WIDTH)[:, None]
         keep = ~_in_roads(plan, xy)
@@ -1564,10 +1574,10 @@ def _gen_edges(plan: _Plan, pitch: float) -> tuple[_Parts, _Parts]:
         n = len(xy)
         yaw = np.arctan2(tan[:, 1], tan[:, 0])
         z = CURB_HEIGHT + rng.uniform(-0.002, 0.002, n)
-        sc = (SIGMA_PER_PITCH * a_curb, SIGMA_PER_PITCH * CURB_WIDTH / 2, FLAT_SIGMA)
+        sc = (SIGMA_PER_PITCH * a_curb, SIGMA_PER_PITCH * CURB_WIDTH, FLAT_SIGMA)
         curbs.add(np.column_stack([xy, z]), sc, _quats_yaw(yaw), OPACITY, _vary(rng, CURB, n, 0.04))
-        # curb face towards the road: two rows up to the curb height
-        fs, fz = _jittered_grid(rng, n_s, 2, jitter=0.2)
+        # curb face towards the road: rows at its foot, middle and top (thin: nothing pokes above it)
+        fs, fz = _jittered_grid(rng, n_s, 3, jitter=0.2, closed_v=True)
         xy, tan, nrm = poly.at(fs * poly.length)
         xy = xy + nrm * (outward * 0.004)
         keep = ~_in_roads(plan, xy, margin=-0.05)
@@ -1580,8 +1590,8 @@ def _gen_edges(plan: _Plan, pitch: float) -> tuple[_Parts, _Parts]:
         curbs.add(np.column_stack([xy, z]), sc, _quats_from_axes(t1, t2), OPACITY, _vary(rng, CURB, n, 0.04) * 0.9)
         # sidewalk: concrete slabs, each with its own tint
         n_s = math.ceil(poly.length / a_walk)
-        n_t = max(2, math.ceil(SIDEWALK_WIDTH / a_walk))
-        fs, ft = _jittered_grid(rng, n_s, n_t)
+        n_t = max(2, math.ceil(SIDEWALK_WIDTH / a_walk) + 1)
+        fs, ft = _jittered_grid(rng, n_s, n_t, closed_v=True)
         s = fs * poly.length
         off = CURB_WIDTH + ft * SIDEWALK_WIDTH
         xy, tan, nrm = poly.at(s)
@@ -1593,7 +1603,7 @@ def _gen_edges(plan: _Plan, pitch: float) -> tuple[_Parts, _Parts]:
         rgb = _vary(rng, SIDEWALK, n, 0.04) * (1.0 + slab_tint[slab_id])[:, None]
         yaw = np.arctan2(tan[:, 1], tan[:, 0])
         z = CURB_HEIGHT + rng.uniform(-0.002, 0.002, n)
-        sc = (SIGMA_PER_PITCH * poly.length / n_s, SIGMA_PER_PITCH * SIDEWALK_WIDTH / n_t, FLAT_SIGMA)
+        sc = (SIGMA_PER_PITCH * poly.length / n_s, SIGMA_PER_PITCH * SIDEWALK_WIDTH / (n_t - 1), FLAT_SIGMA)
         walks.add(np.column_stack([xy, z]), sc, _quats_yaw(yaw), OPACITY, rgb)
     return curbs, walks
 
@@ -1614,7 +1624,7 @@ def _gen_grass(plan: _Plan, pitch: float, asphalt) -> tuple[_Parts, _Parts]:
         d_road = _road_distance(plan, xy)
         xy = xy[(d_road <= GRASS_NEAR_DIST) if near else (d_road > GRASS_NEAR_DIST)]
         xy = xy[~_in_roads(plan, xy, margin=0.05)]
-        xy = xy[~_edge_zone(plan, xy, -0.05, paved + 0.05)]
+        xy = xy[~_edge_zone(plan, xy, -0.05, paved - 0.1)]  # grass tucks under the sidewalk's edge
         # the road side of a curb that no road strip covers (corner fillets): pave it
         on_road_side = _edge_zone(plan, xy, -8.0, 0.0) if near else np.zeros(len(xy), dtype=bool)
         if on_road_side.any():
@@ -1802,8 +1812,8 @@ def _gen_furniture(plan: _Plan) -> list[GaussianCloud]:
 def _scalable_parts(plan: _Plan, density: float) -> dict[str, _Parts]:
     """Every part whose size follows the density (Gaussians per m^2 at relative weight 1)."""
     pitch = 1.0 / math.sqrt(density)
-    a_along = pitch * math.sqrt(ROAD_ASPECT)
-    a_across = pitch / math.sqrt(ROAD_ASPECT)
+    a_along = pitch / math.sqrt(W_ROAD) * math.sqrt(ROAD_ASPECT)
+    a_across = pitch / math.sqrt(W_ROAD) / math.sqrt(ROAD_ASPECT)
     asphalt = _asphalt_fn(plan.seed)
     stripes = _stripes(plan, SIGMA_PER_PITCH * a_along, SIGMA_PER_PITCH * a_across)
     marks = _Parts()
@@ -1880,11 +1890,10 @@ def build_background(layout: StreetLayout, seed: int, target_gaussians: int = 10
 # --------------------------------------------------------------------------------------------------
 
 
-def _carriageway(center: _Polyline, lanes_each_way: int = 2, solid_edges: bool = True, trim=(0.0, 0.0)):
+def _carriageway(center: _Polyline, lanes_each_way: int = 2, solid_edges: bool = True):
     """Markings of a two-way road along ``center`` (right-hand traffic): a double yellow centre line,
-    dashed lane lines and solid edge lines. trim: metres left unpainted at the start and end."""
-    s0, s1 = trim[0], center.length - trim[1]
-    ss = np.linspace(s0, s1, max(2, math.ceil((s1 - s0) / 2.0) + 1))
+    dashed lane lines and solid edge lines."""
+    ss = np.linspace(0.0, center.length, max(2, math.ceil(center.length / 2.0) + 1))
     xy, _, nrm = center.at(ss)
 
     def line(d):

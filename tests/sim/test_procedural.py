@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -24,7 +25,7 @@ CONE = P.Prop("cone", 45.0, -5.25, 0.0)
 
 def small_layout(props=()) -> P.StreetLayout:
     """The demo straight street, shortened to keep builds quick."""
-    return P.StreetLayout(**{**P.demo_layout("straight", 80.0).__dict__, "props": tuple(props)})
+    return dataclasses.replace(P.demo_layout("straight", 80.0), props=tuple(props))
 
 
 @pytest.fixture(scope="module")
