@@ -50,9 +50,9 @@ class PPOConfig:
 
 @dataclass(frozen=True)
 class ILConfig:
-    pretrain_iterations: int = field(60, help="IL (planning pre-training) iterations of stage il")
-    steps_per_iteration: int = field(20, help="IL minibatches per IL iteration / IL round")
-    batch_size: int = field(128, help="demonstration minibatch size")
+    pretrain_iterations: int = field(30, help="IL (planning pre-training) iterations of stage il")
+    steps_per_iteration: int = field(10, help="IL minibatches per IL iteration / IL round")
+    batch_size: int = field(64, help="demonstration minibatch size")
     mode: str = field("alternate", help="PPO+IL mixing: 'alternate' rounds (RAD) or 'weighted' sum")
     rl_rounds: int = field(4, help="alternate mode: RL rounds per cycle (RAD's best RL:IL = 4:1)")
     il_rounds: int = field(1, help="alternate mode: IL rounds per cycle")
@@ -70,8 +70,8 @@ class ILConfig:
 @dataclass(frozen=True)
 class EvalConfig:
     suite: str = field("val", help="scenarios for periodic evaluation (deterministic policy)")
-    every: int = field(10, help="evaluate every N RL iterations (0: only at stage ends)")
-    num_envs: int = field(4, help="environments stepped together during evaluation")
+    every: int = field(8, help="evaluate every N RL iterations (0: only at stage ends)")
+    num_envs: int = field(7, help="environments stepped together during evaluation")
 
 
 @dataclass(frozen=True)
@@ -82,8 +82,8 @@ class TrainConfig:
     init_from: str = field("", help="stage rl: IL checkpoint to start from (a run name in the store, or run@version)")
     suite: str = field("train", help="training scenarios: a built-in suite (train, val, test), a folder or a file")
     seed: int = field(0, help="seed of everything")
-    iterations: int = field(40, help="RL iterations (rounds of rollout + update) of stage rl")
-    checkpoint_every: int = field(10, help="commit a checkpoint every N iterations")
+    iterations: int = field(16, help="RL iterations (rounds of rollout + update) of stage rl")
+    checkpoint_every: int = field(4, help="commit a checkpoint every N iterations")
     keep_last: int = field(3, help="checkpoints kept (plus the best by evaluation)")
     num_learners: int = field(1, help="data-parallel learners (Ray actors all-reducing gradients when > 1)")
     gpus_per_learner: float = field(0.0, help="GPUs per learner (NCCL when > 0)")
@@ -104,6 +104,10 @@ class TrainConfig:
             raise ValueError(f"stage must be 'il', 'rl' or 'il+rl', got {self.stage!r}")
         if self.iterations < 0 or self.checkpoint_every < 1 or self.keep_last < 1:
             raise ValueError("iterations >= 0, checkpoint_every >= 1 and keep_last >= 1 are required")
+        if self.run:
+            from learner.store import check_name
+
+            check_name("run", self.run)  # one path segment: out/<run> and the store's <run>/ stay inside
         from envs.config import EnvConfig
         from policy.network import PolicyConfig
         from sim.configs import from_dict
