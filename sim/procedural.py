@@ -22,7 +22,9 @@ footprint and with how many overlap a pixel before it saturates):
 - Static obstacles (parked vehicles, barriers, poles, trunks) also get opaque Gaussians through
   their volume, so a Gaussian-count collision query (``sim.collision``) finds them.
 - The sky is a dome of large flat Gaussians around the populated extent (blue gradient, hazy at
-  the horizon, distant-ground colour below it) so every pixel is covered.
+  the horizon, a band of distant-ground colour just below it), so every view is covered. It stops
+  just under the horizon: a dome under the ground would be drawn (at a cost) behind every ground
+  pixel the ground does not quite saturate, for no visible gain.
 
 Sizes follow ``target_gaussians``: every surface is sampled at a density (Gaussians per m^2) scaled
 by one factor that :func:`background_parts` solves for, so the count lands within a few per cent.
@@ -171,6 +173,7 @@ STREET_LIGHT_ARM = 1.8
 
 DEMO_DT = 0.1  # s per step of the demo tracks (scenarios' default, 10 Hz)
 DEMO_STEPS = 80
+DEMO_LENGTH = 200.0  # metres of main road in demo_scene
 LAYOUT_KINDS = ("straight", "curve", "intersection", "merge")
 
 
@@ -1623,7 +1626,7 @@ def _gen_grass(plan: _Plan, pitch: float, asphalt) -> tuple[_Parts, _Parts]:
         xy = np.column_stack([xmin + fx * (xmax - xmin), ymin + fy * (ymax - ymin)])
         d_road = _road_distance(plan, xy)
         xy = xy[(d_road <= GRASS_NEAR_DIST) if near else (d_road > GRASS_NEAR_DIST)]
-        xy = xy[~_in_roads(plan, xy, margin=0.05)]
+        xy = xy[~_in_roads(plan, xy, margin=-0.1)]  # under the road's edge: no seam where there is no curb
         xy = xy[~_edge_zone(plan, xy, -0.05, paved - 0.1)]  # grass tucks under the sidewalk's edge
         # the road side of a curb that no road strip covers (corner fillets): pave it
         on_road_side = _edge_zone(plan, xy, -8.0, 0.0) if near else np.zeros(len(xy), dtype=bool)
@@ -2103,7 +2106,7 @@ def demo_scene(seed: int = 0, target_gaussians: int = 100_000, kind: str = "stra
     """The background of ``demo_layout(kind)`` plus a handful of vehicle actors (one asset each, in
     varied kinds and colours): traffic in both directions and a stopped vehicle, with ``DEMO_STEPS``
     steps of ``DEMO_DT`` s. The ego is not among them; it can start at (0, -1.75) heading +x."""
-    length = 200.0
+    length = DEMO_LENGTH
     layout = demo_layout(kind, length)
     background = build_background(layout, seed, target_gaussians)
     rng = _rng(seed, "demo", kind)
