@@ -13,7 +13,7 @@ from sim import procedural as P
 from sim.camera import make_rig
 from sim.collision import StaticIndex
 from sim.frames import pose_matrix
-from sim.gaussians import covariances
+from sim.gaussians import GaussianCloud, covariances
 from sim.rendering import render
 
 LIFT = 0.3  # the env's static-collision box starts this high above the ground
@@ -35,7 +35,7 @@ def small_parts():
 
 @pytest.fixture(scope="module")
 def small_background(small_parts):
-    return P.GaussianCloud.cat(list(small_parts.values()))
+    return GaussianCloud.cat(list(small_parts.values()))
 
 
 def assert_valid_cloud(cloud, what: str):
