@@ -117,6 +117,10 @@ class Trainer:
         self.lease = None
         self.committer = None
         self._ray_started = False
+        # Broken scenarios, named in the logs, the metrics and summary.json: {scenario id: last error}
+        self.quarantined: dict[str, str] = {}  # no longer sampled by the rollout actors
+        self.demos_skipped: dict[str, str] = {}  # left out of the demonstrations
+        self.scenario_failures = 0  # failure reports from rollouts (a failed episode, or a reset that charged some)
 
     # -- set-up ------------------------------------------------------------------------------------
     def open_store(self):
@@ -279,6 +283,10 @@ class Trainer:
             f"demonstrations: {len(d['labels']):,} expert frames from {d['num_scenarios']} scenarios "
             f"({time.perf_counter() - t0:.1f} s)"
         )
+        for sid, err in (d.get("skipped") or {}).items():
+            self.demos_skipped[sid] = err
+            log.error("demonstrations: left out broken scenario %r: %s", sid, err)
+            self.tracker.progress(f"demonstrations: left out broken scenario {sid!r}")
         return {k: torch.from_numpy(v) for k, v in d.items() if isinstance(v, np.ndarray)}
 
     def evaluate(self, state: ckpt_io.TrainState, label: str) -> dict:
@@ -382,9 +390,9 @@ class Trainer:
                     "charts/iteration": float(state.iteration),
                 }
             )
-            for f in frags:
-                for err in f.errors:
-                    log.warning("scenario failure in rollout: %s", err)
+            self._note_failures(frags)
+            m["charts/scenario_failures"] = float(sum(len(f.errors) for f in frags))
+            m["charts/quarantined_scenarios"] = float(len(self.quarantined))
             self.tracker.log(state.env_steps, m)
             ret = m.get("charts/episodic_return")
             coll = m.get("charts/collision_rate")
@@ -401,6 +409,20 @@ class Trainer:
         self.evaluate(state, "rl+il")
         state.stage = "done"
         self.checkpoint(state, "end of stage rl")
+
+    def _note_failures(self, frags) -> None:
+        """Log the rollouts' scenario failures, and name each newly quarantined scenario once."""
+        for f in frags:
+            self.scenario_failures += len(f.errors)
+            for err in f.errors:
+                log.warning("scenario failure in rollout: %s", err)
+            for sid in f.quarantined:
+                if sid in self.quarantined:
+                    continue  # (a replaced actor finds it again: named once)
+                last = next((e for e in reversed(f.errors) if f"scenario {sid!r}" in e), "see the actor's log")
+                self.quarantined[sid] = last
+                log.error("scenario %r quarantined after repeated failures (no longer sampled); last: %s", sid, last)
+                self.tracker.progress(f"quarantined scenario {sid!r} after repeated failures")
 
     @staticmethod
     def _episode_metrics(episodes: list[dict], window: list[dict]) -> dict:
@@ -445,8 +467,22 @@ class Trainer:
     def summary(self, state: ckpt_io.TrainState) -> None:
         import json
 
-        s = dict(run=self.name, store=self.rs.uri, folder=str(self.folder), il=state.il_eval, final=state.last_eval)
+        s = dict(
+            run=self.name,
+            store=self.rs.uri,
+            folder=str(self.folder),
+            il=state.il_eval,
+            final=state.last_eval,
+            scenario_failures=self.scenario_failures,
+            quarantined=self.quarantined,
+            demonstrations_skipped=self.demos_skipped,
+        )
         (self.folder / "summary.json").write_text(json.dumps(s, indent=2, default=float))
+        if self.quarantined or self.demos_skipped:
+            self.tracker.progress(
+                f"broken scenarios: quarantined {sorted(self.quarantined) or 'none'}, left out of the "
+                f"demonstrations {sorted(self.demos_skipped) or 'none'} (errors in {self.folder / 'summary.json'})"
+            )
         if state.il_eval and state.last_eval and self.cfg.stage != "il":
             a, b = state.il_eval, state.last_eval
             self.tracker.progress(
@@ -504,6 +540,12 @@ def main(argv=None) -> int:
     except NonFiniteLoss as e:
         print(f"learner.train: {e}", file=sys.stderr)
         return 4
+    except KeyboardInterrupt:
+        print(
+            "learner.train: interrupted; committed checkpoints are kept: rerun with the same --run to resume",
+            file=sys.stderr,
+        )
+        return 130
     return 0
 
 
