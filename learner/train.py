@@ -26,7 +26,6 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -35,6 +34,7 @@ from learner import checkpoint as ckpt_io
 from learner.config import TrainConfig
 from learner.learner import LearnerGroup, LearnerSettings, NonFiniteLoss
 from learner.tracking import Tracker
+from rollout.cluster import connect
 from rollout.fragment import stack_time
 from rollout.group import ActorResources, RolloutGroup
 from rollout.worker import WorkerSpec, build_policy, to_torch
@@ -83,25 +83,6 @@ def learner_settings(cfg: TrainConfig, total_updates: int, lr: float) -> Learner
         seed=cfg.seed,
         device="cuda" if cfg.gpus_per_learner > 0 else "cpu",
     )
-
-
-def _init_ray(cfg: TrainConfig) -> bool:
-    """Join a cluster (ray job submit sets RAY_ADDRESS) or start a local instance; True if we started it."""
-    import ray
-
-    if ray.is_initialized():
-        return False
-    address = cfg.ray_address or os.environ.get("RAY_ADDRESS") or None
-    kwargs: dict[str, Any] = dict(log_to_driver=True, configure_logging=False)
-    if address:
-        ray.init(address=address, **kwargs)
-        return True
-    kwargs.update(include_dashboard=False)
-    if cfg.ray_num_cpus:
-        kwargs["num_cpus"] = cfg.ray_num_cpus
-    # rollout actors hold a CPU each; the driver (learner, evaluation) runs beside them
-    ray.init(**kwargs)
-    return True
 
 
 class Trainer:
@@ -167,7 +148,7 @@ class Trainer:
         r = cfg.rollout
         needs_rl = cfg.stage in ("rl", "il+rl")
         if (needs_rl and r.num_actors > 0) or cfg.num_learners > 1:
-            self._ray_started = _init_ray(cfg)
+            self._ray_started = connect(cfg.ray_address, cfg.ray_num_cpus)
         spec = self.worker_spec(r.envs_per_actor)
         if needs_rl:
             self.group = RolloutGroup(

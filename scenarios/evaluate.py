@@ -304,7 +304,7 @@ def _ray_rollouts(entries, scenarios, cfg: EvaluateConfig, bar) -> dict[str, lis
     """Waves of ``num_envs`` scenarios handed out to ``num_actors`` actors as they free up (ray.wait)."""
     import ray
 
-    started = _init_ray(cfg)
+    started = _connect_ray(cfg)
     refs = [_scenario_ref(s) for s in scenarios]
     put = {e.label: ray.put(e) for e in entries}  # a trained policy's weights travel once, not per wave
     waves = [(e, k, refs[k : k + cfg.num_envs]) for e in entries for k in range(0, len(refs), cfg.num_envs)]
@@ -338,19 +338,10 @@ def _ray_rollouts(entries, scenarios, cfg: EvaluateConfig, bar) -> dict[str, lis
     return {e.label: [r for k in range(0, len(refs), cfg.num_envs) for r in results[(e.label, k)]] for e in entries}
 
 
-def _init_ray(cfg: EvaluateConfig) -> bool:
-    """Join the configured cluster (or RAY_ADDRESS), else start a local instance; True if we started one."""
-    import ray
+def _connect_ray(cfg: EvaluateConfig) -> bool:
+    from rollout.cluster import connect
 
-    if ray.is_initialized():
-        return False
-    address = cfg.ray_address or os.environ.get("RAY_ADDRESS") or None
-    kwargs: dict[str, Any] = dict(log_to_driver=False, configure_logging=False)
-    if address:
-        ray.init(address=address, **kwargs)
-    else:
-        ray.init(include_dashboard=False, **kwargs)
-    return True
+    return connect(cfg.ray_address, log_to_driver=False)
 
 
 # -- videos ----------------------------------------------------------------------------------------
