@@ -55,6 +55,11 @@ class TrainResult:
     last_version: int | None
 
 
+def il_snapshot_name(run: str) -> str:
+    """The run that keeps a run's policy as it was at the end of stage il."""
+    return f"{run}-il"
+
+
 def default_run_name() -> str:
     return time.strftime("run-%Y%m%d-%H%M%S")
 
@@ -182,7 +187,10 @@ class Trainer:
         return cfg.iterations * cfg.ppo.epochs * cfg.ppo.minibatches + cfg.iterations * cfg.il.steps_per_iteration
 
     # -- checkpoints -------------------------------------------------------------------------------
-    def checkpoint(self, state: ckpt_io.TrainState, reason: str) -> None:
+    def checkpoint(self, state: ckpt_io.TrainState, reason: str, snapshot_run: str | None = None) -> None:
+        """Commit a checkpoint in the background. ``snapshot_run``: also commit it, now, as the newest
+        version of that run in the same store (the IL policy is kept as ``<run>-il`` so that it
+        survives retention and can be evaluated beside the final one)."""
         lstate = self.learners.call("state")
         files = ckpt_io.encode(
             lstate,
@@ -205,6 +213,12 @@ class Trainer:
             metrics=metrics,
         )
         self.committer.submit(files, meta)
+        if snapshot_run:
+            try:
+                v = self.store.run(snapshot_run).commit(files, dict(meta, snapshot_of=self.name))
+                self.tracker.progress(f"IL policy kept as {self.store.uri}/{snapshot_run}@{v}")
+            except Exception as e:  # a convenience copy: the main run's checkpoint has it too
+                log.warning("could not keep the IL policy as run %s: %s", snapshot_run, e)
 
     def restore(self) -> ckpt_io.TrainState:
         cfg = self.cfg
@@ -321,7 +335,7 @@ class Trainer:
         state.il_eval = self.evaluate(state, "il")
         state.stage = "rl" if cfg.stage == "il+rl" else "done"
         self._set_stage_settings(state)
-        self.checkpoint(state, "end of stage il")
+        self.checkpoint(state, "end of stage il", snapshot_run=il_snapshot_name(self.name))
 
     def _is_il_round(self, state: ckpt_io.TrainState) -> bool:
         il = self.cfg.il
@@ -474,6 +488,12 @@ class Trainer:
             f"done. TensorBoard: tensorboard --logdir {self.folder}; metrics: {self.folder / 'metrics.jsonl'}; "
             f"checkpoints: {self.rs.uri}"
         )
+        if state.il_eval and self.cfg.stage == "il+rl":
+            store = self.cfg.store.rstrip("/")
+            self.tracker.progress(
+                f"compare IL and RL+IL: python -m scenarios.evaluate --compare {store}/{il_snapshot_name(self.name)} "
+                f"{store}/{self.name} --suite {self.cfg.eval.suite} --out {self.folder / 'compare'}"
+            )
 
     def close(self) -> None:
         errors = []

@@ -64,6 +64,9 @@ def test_train_checkpoint_resume_evaluate(tmp_path, suite):
     assert versions and r1.last_version == versions[-1]
     meta = rs.load(versions[-1]).meta
     assert meta["stage"] == "done" and meta["iteration"] == 2 and "val/CR" in meta["metrics"]
+    # the IL policy is kept beside the run, for evaluating IL against RL+IL
+    il = CheckpointStore(tmp_path / "store").run("tiny-il")
+    assert il.load(il.latest()).meta["reason"] == "end of stage il"
     # the run folder: resolved config, provenance, metrics, TensorBoard, summary
     folder = tmp_path / "out" / "tiny"
     for name in ("config.yaml", "run.json", "metrics.jsonl", "summary.json"):
