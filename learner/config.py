@@ -41,10 +41,10 @@ class PPOConfig:
     ent_coef: float = field(0.005, help="entropy bonus")
     vf_coef: float = field(0.5, help="value loss weight")
     max_grad_norm: float = field(0.5, help="gradient clipping by global norm")
-    aux_front: float = field(0.0, help="RAD directional loss weight: brake after a front collision")
-    aux_rear: float = field(0.0, help="RAD directional loss weight: speed up after a rear collision")
-    aux_left: float = field(0.0, help="RAD directional loss weight: steer right after drifting left")
-    aux_right: float = field(0.0, help="RAD directional loss weight: steer left after drifting right")
+    aux_front: float = field(0.1, help="RAD directional loss weight: brake after a front collision")
+    aux_rear: float = field(0.1, help="RAD directional loss weight: speed up after a rear collision")
+    aux_left: float = field(0.1, help="RAD directional loss weight: steer right after drifting left")
+    aux_right: float = field(0.1, help="RAD directional loss weight: steer left after drifting right")
     max_consecutive_skips: int = field(20, help="non-finite losses in a row that stop the run")
 
 
