@@ -70,7 +70,9 @@ def expert_demonstrations(source, config: dict | None = None, cache: bool = True
     source: scenarios as ``DrivingEnv`` takes them (a built-in suite name, a folder, files, Scenarios).
     config: env config overrides (the same as training's, so the observations match).
     Returns ``{"obs.<part>": [N, ...], "labels": int64 [N, 2] (lat, long), "scenario_index": int64 [N],
-    "step": int64 [N], "num_scenarios": int, "scenario_ids": list[str]}``.
+    "step": int64 [N], "num_scenarios": int, "scenario_ids": list[str], "skipped": {id: error}}``.
+    A scenario that fails (its PLY is corrupt...) is charged in the pool, logged and left out
+    (``skipped``); only a suite where every scenario fails raises.
     """
     from envs.driving import DrivingEnv, rgb_to_uint8
 
@@ -111,45 +113,57 @@ def expert_demonstrations(source, config: dict | None = None, cache: bool = True
         pending.clear()
 
     n_sc = len(pool)
+    skipped: dict[str, str] = {}  # scenarios that failed (a corrupt PLY...): left out, not fatal
     for k in range(n_sc):
-        env._start(k)
-        d = env._data
-        for t in range(d.horizon):
-            s = _expert_state(d, t)
-            env._t = t
-            env._state = s["state"]
-            env._yaw_rate, env._accel, env._steer = s["yaw_rate"], s["accel"], s["steer"]
-            if t > 0:
-                prev = d.expert_action[t - 1]
-                env._last = (float(spec.lateral[prev[0]]), float(spec.longitudinal[prev[1]]))
-            else:
-                env._last = (0.0, float(s["state"][3]) * 0.5)
-            env._measure()
-            env._obs = None
-            obs = env._observe()
-            rows.append(obs)
-            labels.append(np.asarray(d.expert_action[t], dtype=np.int64))
-            sidx.append(k)
-            steps.append(t)
-            if env.config.cameras:
-                pending.append((len(rows) - 1, env._camera_request()))
-                if len(pending) >= RENDER_BATCH:
-                    flush()
-        flush()
+        first = len(rows)
+        try:
+            env._start(k)
+            d = env._data
+            for t in range(d.horizon):
+                s = _expert_state(d, t)
+                env._t = t
+                env._state = s["state"]
+                env._yaw_rate, env._accel, env._steer = s["yaw_rate"], s["accel"], s["steer"]
+                if t > 0:
+                    prev = d.expert_action[t - 1]
+                    env._last = (float(spec.lateral[prev[0]]), float(spec.longitudinal[prev[1]]))
+                else:
+                    env._last = (0.0, float(s["state"][3]) * 0.5)
+                env._measure()
+                env._obs = None
+                obs = env._observe()
+                rows.append(obs)
+                labels.append(np.asarray(d.expert_action[t], dtype=np.int64))
+                sidx.append(k)
+                steps.append(t)
+                if env.config.cameras:
+                    pending.append((len(rows) - 1, env._camera_request()))
+                    if len(pending) >= RENDER_BATCH:
+                        flush()
+            flush()
+        except Exception as e:  # one broken scenario must not stop the run: charge it, leave it out
+            skipped[pool.ids[k]] = msg = pool.record_failure(k, e)
+            log.error("demonstrations: leaving out scenario %s: %s", pool.ids[k], msg)
+            del rows[first:], labels[first:], sidx[first:], steps[first:]
+            pending.clear()  # (flushed at each scenario's end: only this scenario's frames wait)
+            continue
         if progress:
             log.info("demonstrations: scenario %d/%d (%s), %d frames", k + 1, n_sc, d.id, len(rows))
     env.close()
+    if not rows:
+        raise RuntimeError(f"demonstrations: every scenario failed: {'; '.join(list(skipped.values())[:3])}")
     out: dict[str, Any] = {f"obs.{p}": np.stack([r[p] for r in rows]) for p in rows[0]}
     out["labels"] = np.stack(labels)
     out["scenario_index"] = np.asarray(sidx, np.int64)
     out["step"] = np.asarray(steps, np.int64)
     ids = [str(s.id) for s in pool.scenarios]
-    if cache:
+    if cache and not skipped:  # a broken suite is not cached: its failures are reported on every run
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + f".{os.getpid()}.tmp.npz")
         np.savez(tmp, **{k: v for k, v in out.items()}, scenario_ids=np.asarray(ids))
         os.replace(tmp, path)
     log.info("demonstrations: %d frames from %d scenarios in %.1f s", len(rows), n_sc, time.perf_counter() - t0)
-    out["num_scenarios"] = n_sc
+    out["num_scenarios"] = n_sc - len(skipped)
     out["scenario_ids"] = ids
+    out["skipped"] = skipped  # {scenario id: error}
     return out

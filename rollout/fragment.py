@@ -33,7 +33,8 @@ class Fragment:
     policy_version: int
     worker_id: int = 0
     episodes: list[dict] = field(default_factory=list)  # finished episodes: returns, length, event...
-    errors: list[str] = field(default_factory=list)  # scenario failures seen (each ended its episode)
+    errors: list[str] = field(default_factory=list)  # scenario failures seen (in step, reset or rendering)
+    quarantined: list[str] = field(default_factory=list)  # scenario ids this worker no longer samples
     seconds: float = 0.0  # wall time spent collecting
     render_seconds: float = 0.0
 

@@ -145,8 +145,12 @@ class RolloutWorker:
         self.tracker = EpisodeTracker(self.B)
         obs, infos = self.env.reset(seed=spec.seed + 1000 * worker_id)
         self.obs = obs
+        self._reset_errors: list[str] = []  # failures of the first reset, reported with the first fragment
         for i in range(self.B):
-            self.tracker.start(i, str(env_info(infos, i).get("scenario", "")))
+            info = env_info(infos, i)
+            self.tracker.start(i, str(info.get("scenario", "")))
+            if info.get("error"):
+                self._reset_errors.append(str(info["error"]))
         self.total_steps = 0
 
     # -- weights -----------------------------------------------------------------------------------
@@ -194,7 +198,7 @@ class RolloutWorker:
         truncated = np.zeros((T, B), bool)
         flags = np.zeros((T, B, 4), bool)
         episodes: list[dict] = []
-        errors: list[str] = []
+        errors, self._reset_errors = self._reset_errors, []
         out = self._forward(self.obs, deterministic)
         for t in range(T):
             for k, v in self.obs.items():
@@ -220,10 +224,12 @@ class RolloutWorker:
                 self.tracker.add(i, parts, info.get("reward_terms"))
                 if done[i]:
                     flags[t, i] = aux_flags(info)
-                    ep = self.tracker.finish(i, info, bool(term[i]))
+                    ep = self.tracker.finish(i, info, bool(term[i]))  # ep["error"]: this episode's own failure
                     episodes.append(ep)
-                    if ep["error"]:
-                        errors.append(f"{ep['scenario']}: {ep['error']}")
+                    # the step's failure and those of the autoreset that followed it (a scenario that
+                    # fails to load is charged and replaced inside reset, so it ends no episode)
+                    if step_info.get("error"):
+                        errors.append(str(step_info["error"]))
                     self.tracker.start(i, str(step_info.get("scenario", "")))
             self.obs, out = obs, nxt
         self.total_steps += T * B
@@ -242,6 +248,7 @@ class RolloutWorker:
             worker_id=self.worker_id,
             episodes=episodes,
             errors=errors,
+            quarantined=list(self.env.quarantined),
             seconds=time.perf_counter() - t0,
         )
         return frag
