@@ -1,0 +1,42 @@
+"""Fault 7: two training drivers (real ``python -m learner.train`` processes, started together) writing
+the same run name to the same S3 store (moto on loopback).
+
+Exactly one gets the run's lease; the other is refused with exit code 3 and a message naming the
+holder (its owner, host and PID) before it writes anything, not even its run folder. The winner
+trains to the end, and every checkpoint in the store is whole and from one unbroken run.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from learner.store import CheckpointStore
+from tests.faults.harness import ENVS, Driver, T, check_every_version, drivers, tiny_args
+
+ITERATIONS = 6
+
+
+@pytest.mark.slow
+def test_fault_two_drivers_same_run_second_refused(tmp_path, fault_suite, moto_s3):
+    uri = moto_s3.uri(f"two-{uuid.uuid4().hex[:10]}")
+    with drivers() as started:
+        for name in ("a", "b"):
+            args = tiny_args(tmp_path / f"out-{name}", fault_suite, uri, run="shared", iterations=ITERATIONS)
+            started.append(Driver(args, tmp_path / f"{name}.log"))
+        codes = [d.finish() for d in started]
+    assert sorted(codes) == [0, 3], [d.output()[-3000:] for d in started]
+    winner, loser = started if codes[0] == 0 else started[::-1]
+    refusal = loser.output()
+    assert "learner.train: run 'shared' is locked" in refusal, refusal[-3000:]
+    assert f"pid {winner.pid}" in refusal and "Another writer is training this run" in refusal
+    assert "Traceback" not in refusal
+    loser_out = tmp_path / ("out-a" if loser is started[0] else "out-b")
+    assert not loser_out.exists()  # refused before it wrote anything
+
+    rs = CheckpointStore(uri).run("shared")
+    versions = check_every_version(rs, last_iteration=ITERATIONS, env_steps=ITERATIONS * T * ENVS)
+    assert versions == list(range(1, ITERATIONS + 2))  # end of IL + one per iteration, all the winner's
+    iterations = [rs.load(v).meta["iteration"] for v in versions]
+    assert iterations == list(range(ITERATIONS + 1))
