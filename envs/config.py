@@ -10,9 +10,12 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from envs.actions import ActionSpec
 
@@ -97,6 +100,7 @@ class EnvConfig:
         def bad(field: str, want: str):
             raise ValueError(f"EnvConfig.{field}: expected {want}, got {getattr(self, field)!r}")
 
+        _check_types(self, bad)
         for f in ("max_agents", "map_points", "route_points", "quarantine_after", "cache_size", "bev_pixels"):
             v = getattr(self, f)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -144,21 +148,50 @@ class EnvConfig:
         """Defaults updated by ``d`` and ``overrides``; unknown keys raise ValueError."""
         if isinstance(d, EnvConfig):
             d = dataclasses.asdict(d)
+        if d is not None and not isinstance(d, Mapping):
+            raise ValueError(f"EnvConfig: expected a mapping of settings, got {type(d).__name__}")
         d = {**(d or {}), **overrides}
         known = {f.name for f in dataclasses.fields(EnvConfig)}
-        unknown = sorted(set(d) - known)
+        unknown = sorted(set(d) - known, key=str)  # (keys of any type: a YAML mapping may hold ints)
         if unknown:
             hints = []
             for k in unknown:
-                close = difflib.get_close_matches(k, known, n=1)
+                close = difflib.get_close_matches(str(k), known, n=1)
                 hints.append(f"{k!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
             raise ValueError(f"EnvConfig: unknown key(s) {', '.join(hints)}; known keys: {', '.join(sorted(known))}")
-        if "resolution" in d and d["resolution"] is not None:
+        if isinstance(d.get("resolution"), list | tuple):
             d["resolution"] = tuple(d["resolution"])
         return EnvConfig(**d)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def _check_types(cfg: EnvConfig, bad) -> None:
+    """Every field holds its declared type (numpy scalars allowed, made plain; numbers finite), so a
+    wrong value is refused here, naming the key, and not met deep inside an episode."""
+    for f in dataclasses.fields(cfg):
+        v, want = getattr(cfg, f.name), _HINTS.get(f.name, "")
+        if v is None and "None" in want:
+            continue
+        if want.startswith("bool"):
+            if not isinstance(v, bool | np.bool_):
+                bad(f.name, "true or false")
+            object.__setattr__(cfg, f.name, bool(v))
+        elif want.startswith("int"):
+            if not isinstance(v, numbers.Integral) or isinstance(v, bool | np.bool_):
+                bad(f.name, "an integer" + (" or None" if "None" in want else ""))
+            object.__setattr__(cfg, f.name, int(v))
+        elif want.startswith("float"):
+            if not isinstance(v, numbers.Real) or isinstance(v, bool | np.bool_) or not math.isfinite(v):
+                bad(f.name, "a finite number")
+        elif want.startswith("str") and not isinstance(v, str):
+            bad(f.name, "a string" + (" or None" if "None" in want else ""))
+        elif want.startswith("tuple") and not isinstance(v, tuple):
+            bad(f.name, "None or (width, height) positive ints")
+
+
+_HINTS = {k: str(v) for k, v in EnvConfig.__annotations__.items()}  # "int", "int | None", "tuple[int, int] | None"...
 
 
 def default_config() -> dict[str, Any]:

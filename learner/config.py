@@ -104,6 +104,8 @@ class TrainConfig:
             raise ValueError(f"stage must be 'il', 'rl' or 'il+rl', got {self.stage!r}")
         if self.iterations < 0 or self.checkpoint_every < 1 or self.keep_last < 1:
             raise ValueError("iterations >= 0, checkpoint_every >= 1 and keep_last >= 1 are required")
+        if not 0 <= self.seed < 2**31:  # numpy's global seed takes [0, 2**32); actors add offsets to it
+            raise ValueError(f"seed must be an int in [0, 2**31), got {self.seed}")
         if self.run:
             from learner.store import check_name
 

@@ -127,7 +127,7 @@ def from_dict(cls, data: dict, prefix: str = ""):
         raise ConfigError(f"{prefix.rstrip('.') or 'config'}: expected a mapping, got {type(data).__name__}")
     hints = _hints(cls)
     names = {f.name for f in dataclasses.fields(cls) if f.init}
-    unknown = sorted(set(data) - names)
+    unknown = sorted(set(data) - names, key=str)  # (YAML keys may be ints)
     if unknown:
         raise ConfigError(f"unknown config key {prefix}{unknown[0]}; valid keys here: {', '.join(sorted(names))}")
     kwargs = {k: _convert(v, hints[k], prefix + k) for k, v in data.items()}
@@ -185,6 +185,8 @@ def parse_overrides(items: Sequence[str]) -> dict:
             parsed = yaml.safe_load(v) if v != "" else ""
         except yaml.YAMLError:
             parsed = v
+        except RecursionError:
+            raise ConfigError(f"override {item[:60]!r}...: value nested too deeply") from None
         set_path(out, k.strip(), parsed)
     return out
 
@@ -194,9 +196,13 @@ def load_yaml(path: str | Path) -> dict:
     if not p.is_file():
         raise ConfigError(f"config file {p} does not exist")
     try:
-        data = yaml.safe_load(p.read_text()) or {}
+        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"config file {p}: not UTF-8 text ({e})") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"config file {p}: not valid YAML: {e}") from None
+    except RecursionError:
+        raise ConfigError(f"config file {p}: YAML nested too deeply") from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file {p}: expected a mapping at the top level")
     return data
