@@ -50,7 +50,12 @@ ANCHOR_HORIZON = 0.5  # s: the anchor is the displacement after 0.5 s (RAD)
 
 def check_action(action, spec: ActionSpec, where: str = "DrivingEnv.step") -> tuple[int, int]:
     """(lateral index, longitudinal index) from an action, or a ValueError saying what is wrong."""
-    a = np.asarray(action)
+    try:
+        a = np.asarray(action)
+    except (ValueError, TypeError) as e:  # ragged or odd objects: say so, not numpy's words alone
+        raise ValueError(
+            f"{where}: action must be 2 integers (lateral index, longitudinal index), got {action!r:.80} ({e})"
+        ) from None
     if a.shape != (2,):
         raise ValueError(f"{where}: action must be 2 integers (lateral index, longitudinal index), got shape {a.shape}")
     if a.dtype == bool or not (np.issubdtype(a.dtype, np.integer) or np.issubdtype(a.dtype, np.floating)):

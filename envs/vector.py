@@ -134,7 +134,10 @@ class VectorDrivingEnv(VectorEnv):
     # -- step ------------------------------------------------------------------------------------
     def step(self, actions):
         N, spec = self.num_envs, self.action_spec
-        a = np.asarray(actions)
+        try:
+            a = np.asarray(actions)
+        except (ValueError, TypeError) as e:  # ragged or odd objects: say so, not numpy's words alone
+            raise ValueError(f"VectorDrivingEnv.step: actions must be [num_envs={N}, 2] integers ({e})") from None
         if a.shape != (N, 2):
             raise ValueError(
                 f"VectorDrivingEnv.step: actions must be [num_envs={N}, 2] (lateral index, longitudinal index), "
