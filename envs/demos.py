@@ -19,6 +19,7 @@ import logging
 import math
 import os
 import time
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -82,12 +83,16 @@ def expert_demonstrations(source, config: dict | None = None, cache: bool = True
     key = _fingerprint(pool.scenarios, cfg_dict)
     path = _cache_root() / f"demos-{key}.npz"
     if cache and path.is_file():
-        with np.load(path, allow_pickle=False) as z:
-            out = {k: z[k] for k in z.files}
-        ids = [str(s) for s in out.pop("scenario_ids")]
-        out["num_scenarios"] = len(ids)
-        out["scenario_ids"] = ids
-        return out
+        try:
+            with np.load(path, allow_pickle=False) as z:  # object arrays (pickles) are refused, not loaded
+                out = {k: z[k] for k in z.files}
+            ids = [str(s) for s in out.pop("scenario_ids")]
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
+            log.warning("demonstrations: ignoring the unreadable cache file %s (%s); building them again", path, e)
+        else:
+            out["num_scenarios"] = len(ids)
+            out["scenario_ids"] = ids
+            return out
 
     t0 = time.perf_counter()
     spec = env.action_spec
