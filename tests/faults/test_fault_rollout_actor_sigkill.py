@@ -1,9 +1,9 @@
 """Fault 1: a rollout actor SIGKILLed while it samples its fragment, in the middle of a training run.
 
-The run uses two Ray rollout actors (the session's local Ray). In iteration 2 one actor's process is
-killed with SIGKILL a moment after both were asked for their fragments. The group replaces it (new
-process, current weights) and asks it again; training goes on, and no sample is lost or counted
-twice: env_steps = iterations x T x (actors x envs) exactly, in the result and in the checkpoints'
+The run uses two Ray rollout actors (the session's local Ray). In iteration 2 one actor's process
+is killed with SIGKILL 50 ms after it was asked for its fragment, the fragment not done yet. The
+group replaces it (new process, current weights) and asks it again; training goes on, and no sample
+is lost or counted twice: env_steps = iterations x T x (actors x envs) exactly, in the result and in the checkpoints'
 meta, and ``charts/actor_restarts`` logs the replacement in the iteration it happened.
 """
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 
 import pytest
 
@@ -22,13 +23,48 @@ from tests.faults.harness import ENVS, config, metrics_rows, tiny_args
 ACTORS = 2
 ITERATIONS = 4
 KILL_AT = 2  # the iteration whose sampling is interrupted
-FRAGMENT = 24  # long enough that sampling is still under way when the kill lands
+FRAGMENT = 24
+
+
+class KillWhileSampling:
+    """Actor 1's handle, except that asking it for a fragment also starts a thread that SIGKILLs the
+    actor's process 50 ms later, once it has checked that the fragment is not done yet (so the kill
+    lands while the actor samples it, whatever the machine's speed)."""
+
+    def __init__(self, handle, killed: list):
+        self._handle, self._killed = handle, killed
+
+    def __getattr__(self, name):
+        return getattr(self._handle, name)
+
+    @property
+    def sample(self):
+        import ray
+
+        handle, killed = self._handle, self._killed
+
+        class Method:
+            @staticmethod
+            def remote(*args):
+                pid = ray.get(handle.pid.remote())
+                ref = handle.sample.remote(*args)
+
+                def kill():
+                    time.sleep(0.05)
+                    ready, _ = ray.wait([ref], timeout=0)
+                    killed.append((pid, bool(ready)))
+                    os.kill(pid, signal.SIGKILL)
+
+                threading.Thread(target=kill, daemon=True).start()
+                return ref
+
+        return Method
 
 
 class KillingTrainer(Trainer):
-    """The trainer, with a hook that SIGKILLs actor 1 shortly after iteration KILL_AT asks for fragments."""
+    """The trainer, with actor 1 killed while it samples its fragment of iteration KILL_AT."""
 
-    killed: list[int]
+    killed: list
 
     def build(self) -> None:
         super().build()
@@ -36,13 +72,11 @@ class KillingTrainer(Trainer):
         self.killed = []
         calls = [0]
 
-        def sample_and_kill(T, deterministic=False, timeout_s=None):
+        def sample_and_kill(*args, **kwargs):
             calls[0] += 1
             if calls[0] == KILL_AT:
-                pid = group.actor_pids()[1]
-                self.killed.append(pid)
-                threading.Timer(0.3, os.kill, (pid, signal.SIGKILL)).start()
-            return sample(T, deterministic, timeout_s)
+                group.actors[1] = KillWhileSampling(group.actors[1], self.killed)
+            return sample(*args, **kwargs)
 
         group.sample = sample_and_kill
 
@@ -63,7 +97,8 @@ def test_fault_rollout_actor_sigkill_mid_iteration(tmp_path, fault_suite, ray_se
     with caplog.at_level("WARNING", logger="rollout.group"):
         result = trainer.run()
 
-    assert len(trainer.killed) == 1
+    ((_pid, finished),) = trainer.killed
+    assert not finished  # its fragment was still being sampled when the SIGKILL landed
     assert any("rollout actor 1 died" in r.getMessage() for r in caplog.records)
     steps = ITERATIONS * FRAGMENT * ACTORS * ENVS
     assert result.state.iteration == ITERATIONS and result.state.env_steps == steps
