@@ -54,6 +54,10 @@ def tiny_args(out: Path, suite: Path, store: str | Path, run: str = "r", **over)
         "il.pretrain_iterations": 1,
         "il.steps_per_iteration": 1,
         "il.batch_size": 8,
+        "il.mode": "alternate",  # RAD's 4 RL rounds : 1 IL round
+        "il.rl_rounds": 4,
+        "il.il_rounds": 1,
+        "ppo.max_consecutive_skips": 20,
         "iterations": 4,
         "checkpoint_every": 1,
         "keep_last": 50,
