@@ -1584,7 +1584,7 @@ class Lease:
         # After a heartbeat that could not reach the store, the next ones within this many seconds
         # return False at once: an outage costs training one short stall now and then, not one per call.
         self.heartbeat_backoff = 5.0
-        self._next_attempt = 0.0
+        self._failed_at: float | None = None  # monotonic time of the last heartbeat that could not reach the store
 
     def _body(self) -> bytes:
         record = {
@@ -1647,7 +1647,7 @@ class Lease:
         reached within about ``timeout`` s — training goes on, and heartbeats in the next
         ``heartbeat_backoff`` s return False without trying. Raises LeaseLost if another process
         took the run over."""
-        if time.monotonic() < self._next_attempt and self.held:
+        if self._failed_at is not None and time.monotonic() < self._failed_at + self.heartbeat_backoff and self.held:
             return False
         base = self.run_store.store.retry
         policy = RetryPolicy(
@@ -1663,7 +1663,7 @@ class Lease:
                     what=f"heartbeat of {self._ops.where}",
                 )
             except StoreUnavailable as exc:
-                self._next_attempt = time.monotonic() + self.heartbeat_backoff
+                self._failed_at = time.monotonic()
                 log.warning(
                     "run '%s': could not refresh the lease (store unreachable), will try again in %.0f s: %s",
                     self.run,
@@ -1671,6 +1671,7 @@ class Lease:
                     exc,
                 )
                 return False
+            self._failed_at = None
             if not ok:
                 self._mark_lost("LOCK.json is no longer ours (taken over or deleted)")
         if not ok:

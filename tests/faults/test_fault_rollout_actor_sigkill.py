@@ -9,56 +9,17 @@ meta, and ``charts/actor_restarts`` logs the replacement in the iteration it hap
 
 from __future__ import annotations
 
-import os
-import signal
-import threading
-import time
-
 import pytest
 
 from learner.store import CheckpointStore
 from learner.train import Trainer
 from tests.faults.harness import ENVS, config, metrics_rows, tiny_args
+from tests.killing import KillWhileSampling
 
 ACTORS = 2
 ITERATIONS = 4
 KILL_AT = 2  # the iteration whose sampling is interrupted
 FRAGMENT = 24
-
-
-class KillWhileSampling:
-    """Actor 1's handle, except that asking it for a fragment also starts a thread that SIGKILLs the
-    actor's process 50 ms later, once it has checked that the fragment is not done yet (so the kill
-    lands while the actor samples it, whatever the machine's speed)."""
-
-    def __init__(self, handle, killed: list):
-        self._handle, self._killed = handle, killed
-
-    def __getattr__(self, name):
-        return getattr(self._handle, name)
-
-    @property
-    def sample(self):
-        import ray
-
-        handle, killed = self._handle, self._killed
-
-        class Method:
-            @staticmethod
-            def remote(*args):
-                pid = ray.get(handle.pid.remote())
-                ref = handle.sample.remote(*args)
-
-                def kill():
-                    time.sleep(0.05)
-                    ready, _ = ray.wait([ref], timeout=0)
-                    killed.append((pid, bool(ready)))
-                    os.kill(pid, signal.SIGKILL)
-
-                threading.Thread(target=kill, daemon=True).start()
-                return ref
-
-        return Method
 
 
 class KillingTrainer(Trainer):

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
-import threading
-import time
 
 import numpy as np
 import pytest
@@ -16,6 +13,7 @@ from rollout.group import ActorResources, RolloutGroup
 from rollout.worker import RolloutWorker, WorkerSpec, aux_flags, env_info, to_torch
 from scenarios import save
 from tests.envs.handmade import straight_scenario
+from tests.killing import KillWhileSampling
 
 ENV = {"resolution": (32, 16), "render_backend": "cpu"}
 POLICY = {"embed_dim": 32, "hidden_dim": 64}
@@ -112,15 +110,10 @@ def test_sigkilled_actor_is_replaced_and_its_fragment_redone(suite, ray_session)
         g.set_weights(5, g.call("weights")[0])
         pids = g.actor_pids()
         victim = pids[1]
-
-        def kill_soon():
-            time.sleep(1.5)
-            os.kill(victim, signal.SIGKILL)
-
-        t = threading.Thread(target=kill_soon)
-        t.start()
-        frags = g.sample(60)  # long enough to still be running when the kill lands
-        t.join()
+        killed: list = []
+        g.actors[1] = KillWhileSampling(g.actors[1], killed)  # SIGKILLed 50 ms into its fragment
+        frags = g.sample(60)
+        assert killed == [(victim, False)]  # the fragment was not done when the kill landed
         assert len(frags) == 2 and all(f.shape == (60, 2) for f in frags)
         assert all(f.policy_version == 5 for f in frags)
         assert g.restarts == 1
