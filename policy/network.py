@@ -167,10 +167,13 @@ class RunningNorm(nn.Module):
 
     @torch.no_grad()
     def update(self, x: torch.Tensor, keep: torch.Tensor | None = None) -> None:
-        """Merge a batch (Chan et al.'s parallel update). x: [..., *shape]; keep: bool [...] rows to use."""
+        """Merge a batch (Chan et al.'s parallel update). x: [..., *shape]; keep: bool [...] rows to use.
+        Rows with a non-finite value are left out, so one bad observation cannot poison the statistics."""
         x = x.detach().reshape(-1, *self.shape).to(torch.float64)
+        rows = torch.isfinite(x).reshape(x.shape[0], -1).all(1)
         if keep is not None:
-            x = x[keep.reshape(-1).to(torch.bool)]
+            rows &= keep.reshape(-1).to(torch.bool)
+        x = x[rows]
         n = x.shape[0]
         if n == 0:
             return

@@ -247,6 +247,24 @@ def test_normalisation_buffers_saved_and_frozen_unless_updated():
     torch.testing.assert_close(a.values, b.values)
 
 
+
+def test_non_finite_rows_are_left_out_of_the_statistics():
+    torch.manual_seed(0)
+    model = ActorCritic(SMALL, SPEC)
+    obs = make_obs(SMALL, 8)
+    bad = {k: v.clone() for k, v in obs.items()}
+    bad["ego"][2, 3] = float("nan")
+    bad["ego"][5, 0] = float("inf")
+    model.update_obs_stats(bad)
+    good = torch.cat([obs["ego"][:2], obs["ego"][3:5], obs["ego"][6:]]).double()
+    assert model.norms["ego"].count.item() == 6
+    torch.testing.assert_close(model.norms["ego"].mean.double(), good.mean(0), atol=1e-5, rtol=1e-5)
+    assert all(torch.isfinite(b).all() for b in model.norms["ego"].buffers())
+    # A batch with nothing finite changes nothing.
+    before = {k: v.clone() for k, v in model.norms["ego"].state_dict().items()}
+    model.update_obs_stats(dict(obs, ego=torch.full_like(obs["ego"], float("nan"))))
+    assert all(torch.equal(v, before[k]) for k, v in model.norms["ego"].state_dict().items())
+
 def test_bad_inputs_give_actionable_errors(net):
     obs = make_obs(SMALL, 2)
     with pytest.raises(TypeError, match="uint8"):
