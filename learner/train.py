@@ -15,6 +15,7 @@ counters); a second driver on the same run is refused.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 import os
@@ -214,8 +215,14 @@ class Trainer:
         )
         self.committer.submit(files, meta)
         if snapshot_run:
+            # A short retry: while the store is down the copy is given up after ~10 s rather than
+            # holding training up for the store's full retry budget.
+            from learner.store import RetryPolicy
+
+            quick = copy.copy(self.store)
+            quick.retry = RetryPolicy(max_attempts=3, total_timeout=10.0)
             try:
-                v = self.store.run(snapshot_run).commit(files, dict(meta, snapshot_of=self.name))
+                v = quick.run(snapshot_run).commit(files, dict(meta, snapshot_of=self.name))
                 self.tracker.progress(f"IL policy kept as {self.store.uri}/{snapshot_run}@{v}")
             except Exception as e:  # a convenience copy: the main run's checkpoint has it too
                 log.warning("could not keep the IL policy as run %s: %s", snapshot_run, e)

@@ -247,7 +247,6 @@ def test_normalisation_buffers_saved_and_frozen_unless_updated():
     torch.testing.assert_close(a.values, b.values)
 
 
-
 def test_non_finite_rows_are_left_out_of_the_statistics():
     torch.manual_seed(0)
     model = ActorCritic(SMALL, SPEC)
@@ -264,6 +263,7 @@ def test_non_finite_rows_are_left_out_of_the_statistics():
     before = {k: v.clone() for k, v in model.norms["ego"].state_dict().items()}
     model.update_obs_stats(dict(obs, ego=torch.full_like(obs["ego"], float("nan"))))
     assert all(torch.equal(v, before[k]) for k, v in model.norms["ego"].state_dict().items())
+
 
 def test_bad_inputs_give_actionable_errors(net):
     obs = make_obs(SMALL, 2)
