@@ -138,12 +138,13 @@ def run(cfg: LearnerBenchConfig) -> dict:
 
     from sim.bench import machine
 
+    out: dict = dict(machine=machine(), config=dict(cfg.__dict__))
+    # The baseline before Ray starts: its worker processes warm up for seconds and would slow it.
+    _say(cfg, "vector env ...")
+    out["vector_env"] = bench_vector_env(cfg, 2 * cfg.envs_per_actor)
+    _say(cfg, f"  {out['vector_env']['sps']:.1f} env-steps/s")
     ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
-        out: dict = dict(machine=machine(), config=dict(cfg.__dict__))
-        _say(cfg, "vector env ...")
-        out["vector_env"] = bench_vector_env(cfg, 2 * cfg.envs_per_actor)
-        _say(cfg, f"  {out['vector_env']['sps']:.1f} env-steps/s")
         for n in (1, 2):
             _say(cfg, f"{n} rollout actor(s) ...")
             out[f"rollout_{n}"] = bench_rollout(cfg, n)
