@@ -330,6 +330,7 @@ def test_lease_of_a_sigkilled_holder_is_taken_over(backend, caplog):
 
 def test_two_writers_on_one_run_one_is_refused_and_the_data_is_intact(backend):
     barrier = threading.Barrier(2)
+    attempted = threading.Barrier(2, timeout=30)  # the winner holds the run until both have tried
     outcome: dict[str, object] = {}
 
     def writer(name: str) -> None:
@@ -339,7 +340,9 @@ def test_two_writers_on_one_run_one_is_refused_and_the_data_is_intact(backend):
             lease = rs.acquire(name)
         except RunLocked as exc:
             outcome[name] = exc
+            attempted.wait()
             return
+        attempted.wait()
         with lease:
             try:
                 outcome[name] = [rs.commit(payload(i), {"iteration": i, "writer": name}) for i in range(3)]
