@@ -115,7 +115,7 @@ def local_to_world(local_xy, origin_xy, origin_yaw) -> np.ndarray:
 # -- polylines -----------------------------------------------------------------------------------
 
 
-def _check_polyline(polyline, where: str) -> np.ndarray:
+def check_polyline(polyline, where: str) -> np.ndarray:
     p = np.asarray(polyline, dtype=np.float64)
     if p.ndim != 2 or p.shape[1] != 2 or p.shape[0] < 2:
         raise ValueError(f"{where}: polyline must be [M >= 2, 2], got shape {p.shape}")
@@ -126,14 +126,14 @@ def _check_polyline(polyline, where: str) -> np.ndarray:
 
 def polyline_arclength(polyline) -> np.ndarray:
     """Cumulative arclength [M] (metres) at each vertex of polyline [M, 2]; starts at 0."""
-    p = _check_polyline(polyline, "polyline_arclength")
+    p = check_polyline(polyline, "polyline_arclength")
     return np.concatenate([[0.0], np.cumsum(np.linalg.norm(np.diff(p, axis=0), axis=1))])
 
 
 def polyline_heading(polyline) -> np.ndarray:
     """Heading [M] (radians) at each vertex: the direction of the segment leaving it (the last
     vertex takes its incoming segment's). Zero-length segments take the previous heading."""
-    p = _check_polyline(polyline, "polyline_heading")
+    p = check_polyline(polyline, "polyline_heading")
     d = np.diff(p, axis=0)
     h = np.arctan2(d[:, 1], d[:, 0])
     zero = np.linalg.norm(d, axis=1) == 0
@@ -148,7 +148,7 @@ def interpolate_polyline(polyline, s) -> tuple[np.ndarray, np.ndarray]:
     Returns (xy [..., 2], heading [...] radians: the heading of the segment holding the point).
     Beyond either end the polyline is extended straight along its end segment.
     """
-    p = _check_polyline(polyline, "interpolate_polyline")
+    p = check_polyline(polyline, "interpolate_polyline")
     cum = polyline_arclength(p)
     s = np.asarray(s, dtype=np.float64)
     seg_len = np.diff(cum)
@@ -169,7 +169,7 @@ def interpolate_polyline(polyline, s) -> tuple[np.ndarray, np.ndarray]:
 
 def resample_polyline(polyline, spacing: float) -> np.ndarray:
     """Polyline [K, 2] with vertices every ``spacing`` metres of arclength (and the end point)."""
-    p = _check_polyline(polyline, "resample_polyline")
+    p = check_polyline(polyline, "resample_polyline")
     if not (np.isfinite(spacing) and spacing > 0):
         raise ValueError(f"resample_polyline: spacing must be > 0 metres, got {spacing}")
     total = polyline_arclength(p)[-1]
@@ -185,7 +185,7 @@ def project_to_polyline(points, polyline) -> tuple[np.ndarray, np.ndarray, np.nd
     positive when the point is left of the polyline's direction; heading [...]: heading of the
     nearest segment, radians). |lateral| is the Euclidean distance to the polyline.
     """
-    p = _check_polyline(polyline, "project_to_polyline")
+    p = check_polyline(polyline, "project_to_polyline")
     q = np.asarray(points, dtype=np.float64)
     shape = q.shape[:-1]
     q = q.reshape(-1, 2)
@@ -223,7 +223,7 @@ def offset_polyline(polyline, offset) -> np.ndarray:
     Uses the averaged normal at each vertex (exact for straight lines; for arcs the result is an
     arc of radius R - offset sampled at the same angles).
     """
-    p = _check_polyline(polyline, "offset_polyline")
+    p = check_polyline(polyline, "offset_polyline")
     d = np.diff(p, axis=0)
     d /= np.maximum(np.linalg.norm(d, axis=1, keepdims=True), 1e-12)
     t = np.concatenate([d[:1], d[:-1] + d[1:], d[-1:]], axis=0)

@@ -48,6 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from sim.gaussians import GaussianCloud
+from sim.geometry import check_polyline
 from sim.scene import ActorTrack, Scene
 
 # --------------------------------------------------------------------------------------------------
@@ -183,11 +184,8 @@ LAYOUT_KINDS = ("straight", "curve", "intersection", "merge")
 
 
 def _polyline_array(a, where: str) -> np.ndarray:
-    p = np.asarray(a, dtype=np.float64)
-    if p.ndim != 2 or p.shape[1] != 2 or p.shape[0] < 2:
-        raise ValueError(f"{where}: expected a polyline [M >= 2, 2] of world xy metres, got shape {p.shape}")
-    if not np.isfinite(p).all():
-        raise ValueError(f"{where}: polyline has NaN/Inf vertices")
+    """A layout polyline (world xy metres): ``sim.geometry.check_polyline``'s checks, and a length."""
+    p = check_polyline(a, where)
     if np.hypot(*np.diff(p, axis=0).T).sum() <= 0.0:
         raise ValueError(f"{where}: polyline has zero length")
     return p

@@ -10,9 +10,6 @@ generator's sources>``, so reruns reuse it; ``SPLATDRIVE_ENV_TEST_SUITE=/path`` 
 
 from __future__ import annotations
 
-import hashlib
-import os
-import shutil
 import warnings
 from pathlib import Path
 
@@ -22,35 +19,16 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 from envs import DrivingEnv
+from tests.generated import generated_suite
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[2]
 FAST = {"resolution": (32, 16)}
-
-
-def _generator_hash() -> str:
-    h = hashlib.sha256()
-    for p in sorted([*ROOT.glob("scenarios/*.py"), ROOT / "sim" / "procedural.py", ROOT / "sim" / "ply.py"]):
-        if p.is_file():
-            h.update(p.name.encode() + p.read_bytes())
-    return h.hexdigest()[:16]
 
 
 @pytest.fixture(scope="session")
 def suite_dir() -> Path:
-    given = os.environ.get("SPLATDRIVE_ENV_TEST_SUITE")
-    if given:
-        return Path(given)
-    from scenarios.format import KINDS
-    from scenarios.generate import generate_suite
-
-    out = ROOT / ".cache" / "envs-test-suite" / _generator_hash()
-    if not (out / "suite.yaml").is_file():  # written last: a folder without it is incomplete
-        for old in out.parent.glob("*"):  # suites of older generator sources
-            shutil.rmtree(old, ignore_errors=True)
-        generate_suite(out, suite="envtest", count=len(KINDS), seed=0, gaussians=4000, progress=False)
-    return out
+    return generated_suite("envs-test-suite", "envtest", "SPLATDRIVE_ENV_TEST_SUITE")
 
 
 @pytest.fixture(scope="session")

@@ -9,10 +9,8 @@ evaluates another folder instead, e.g. a built-in suite's).
 from __future__ import annotations
 
 import csv
-import hashlib
 import json
 import math
-import os
 from pathlib import Path
 
 import numpy as np
@@ -22,8 +20,8 @@ from scenarios import baselines
 from scenarios.evaluate import EvaluateConfig, PolicyError, main, parse_args, run
 from scenarios.metrics import EVENTS, by_kind, rad_metrics
 from scenarios.report import RAD_COLUMNS, worst_first
+from tests.generated import generated_suite
 
-ROOT = Path(__file__).resolve().parents[2]
 KINDS = ("lane_keep_straight", "lane_keep_curve", "lead_vehicle", "cut_in", "parked_obstacle", "crossing", "merge")
 BASELINES = ("expert", "constant-velocity", "lane-follow")
 SMALL = {"resolution": [32, 16]}  # small cameras for the videos: the tests check logic, not pictures
@@ -33,25 +31,9 @@ TINY_NET = {"cnn_channels": [4], "cnn_kernels": [3], "embed_dim": 16, "hidden_di
 # -- fixtures ----------------------------------------------------------------------------------------
 
 
-def _generator_hash() -> str:
-    h = hashlib.sha256()
-    for p in sorted([*ROOT.glob("scenarios/*.py"), ROOT / "sim" / "procedural.py", ROOT / "sim" / "ply.py"]):
-        if p.is_file() and p.name not in ("evaluate.py", "report.py", "baselines.py"):
-            h.update(p.name.encode() + p.read_bytes())
-    return h.hexdigest()[:16]
-
-
 @pytest.fixture(scope="session")
 def suite_dir() -> Path:
-    given = os.environ.get("SPLATDRIVE_EVAL_TEST_SUITE")
-    if given:
-        return Path(given)
-    from scenarios.generate import generate_suite
-
-    out = ROOT / ".cache" / "evaluate-test-suite" / _generator_hash()
-    if not (out / "suite.yaml").is_file():  # written last: a folder without it is incomplete
-        generate_suite(out, suite="evaltest", count=len(KINDS), seed=0, gaussians=4000, progress=False)
-    return out
+    return generated_suite("evaluate-test-suite", "evaltest", "SPLATDRIVE_EVAL_TEST_SUITE")
 
 
 @pytest.fixture(scope="session")
