@@ -1,8 +1,8 @@
 """The learner: PPO with RAD's per-dimension clipping and imitation rounds, on one or N processes.
 
-A plain class (``Learner``) holding the policy, the optimizer and the counters; ``LearnerGroup``
-runs it in this process (N = 1) or as N Ray actors that all-reduce gradients over a
-``torch.distributed`` group (gloo on CPU, NCCL on GPU). Every rank gets the whole batch and takes
+A plain class (``Learner``) holding the policy, the optimizer and the counters;
+``learner.group.LearnerGroup`` runs it in this process (N = 1) or as N Ray actors that all-reduce
+gradients over a ``torch.distributed`` group (gloo on CPU, NCCL on GPU). Every rank gets the whole batch and takes
 its own slice of every minibatch; advantages are normalised over the whole minibatch before slicing
 and gradients are averaged, so N learners take exactly the steps one would (up to float rounding).
 The loss of one minibatch is ``loss_fn`` (overridable, RLlib style); a non-finite loss skips the
@@ -12,11 +12,8 @@ step on every rank and is counted.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import logging
 import math
-import os
-import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -300,72 +297,3 @@ class Learner:
 
     def _counters(self) -> dict:
         return {"charts/learning_rate": self.lr_now(), "charts/skipped_steps": float(self.skipped)}
-
-
-# --------------------------------------------------------------------------------------------------
-# N learners on Ray
-# --------------------------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class LearnerWorker:
-    """A Learner inside a Ray actor, joined to a torch.distributed group."""
-
-    def __init__(self, build_policy, settings: LearnerSettings, rank: int, world_size: int, addr: str, port: int):
-        import torch.distributed as dist
-
-        torch.set_num_threads(max(1, int(os.environ.get("SPLATDRIVE_LEARNER_THREADS", "1"))))
-        backend = "nccl" if settings.device.startswith("cuda") else "gloo"
-        dist.init_process_group(backend, init_method=f"tcp://{addr}:{port}", rank=rank, world_size=world_size)
-        torch.manual_seed(settings.seed)
-        self.learner = Learner(build_policy(), settings, rank, world_size)
-
-    def call(self, method: str, *args, **kwargs):
-        return getattr(self.learner, method)(*args, **kwargs)
-
-
-class LearnerGroup:
-    """``num_learners`` Learners: in this process for 1, else Ray actors all-reducing gradients."""
-
-    def __init__(self, build_policy, settings: LearnerSettings, num_learners: int = 1, gpus_per_learner: float = 0.0):
-        self.n = int(num_learners)
-        if self.n < 1:
-            raise ValueError(f"num_learners must be >= 1, got {num_learners}")
-        if self.n == 1:
-            torch.manual_seed(settings.seed)
-            self.local = Learner(build_policy(), settings)
-            self.actors = []
-            return
-        import ray
-
-        self._ray = ray
-        self.local = None
-        addr = ray.util.get_node_ip_address()
-        port = free_port()
-        cls = ray.remote(LearnerWorker)
-        opts: dict[str, Any] = dict(num_cpus=1)
-        if gpus_per_learner:
-            opts["num_gpus"] = gpus_per_learner
-            settings = dataclasses.replace(settings, device="cuda")
-        self.actors = [cls.options(**opts).remote(build_policy, settings, r, self.n, addr, port) for r in range(self.n)]
-
-    def call(self, method: str, *args, **kwargs):
-        """Run a Learner method on every rank; returns rank 0's result."""
-        if self.local is not None:
-            return getattr(self.local, method)(*args, **kwargs)
-        ray = self._ray
-        refs = [ray.put(a) if isinstance(a, dict) else a for a in args]
-        return ray.get([w.call.remote(method, *refs, **kwargs) for w in self.actors])[0]
-
-    def shutdown(self) -> None:
-        for a in self.actors:
-            try:
-                self._ray.kill(a)
-            except Exception:
-                pass
-        self.actors = []

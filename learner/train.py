@@ -33,7 +33,8 @@ import torch
 
 from learner import checkpoint as ckpt_io
 from learner.config import TrainConfig
-from learner.learner import LearnerGroup, LearnerSettings, NonFiniteLoss
+from learner.group import LearnerGroup
+from learner.learner import LearnerSettings, NonFiniteLoss
 from learner.tracking import Tracker
 from rollout.cluster import connect
 from rollout.fragment import stack_time

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from envs.actions import ActionSpec
-from learner.learner import Learner, LearnerGroup, LearnerSettings, NonFiniteLoss
+from learner.group import LearnerGroup
+from learner.learner import Learner, LearnerSettings, NonFiniteLoss
 from policy.network import ActorCritic, PolicyConfig, example_observation_space, random_obs
 
 SPACE = example_observation_space(n_cams=1, height=16, width=32)
