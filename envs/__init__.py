@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 
 import gymnasium as gym
 
-from envs.actions import ActionSpec, decode, feasibility, nearest_bins
 from envs.config import EnvConfig, default_config
+from scenarios.actions import ActionSpec, decode, feasibility, nearest_bins
 
 if TYPE_CHECKING:
     from envs.driving import DrivingEnv

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from envs.actions import ActionSpec
+from scenarios.actions import ActionSpec
 
 PARTS = ("cameras", "ego", "route", "agents", "map")
 

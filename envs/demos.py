@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from sim.dynamics import ANCHOR_HORIZON
+
 log = logging.getLogger("envs")
 
 DEMOS_VERSION = 1
@@ -133,7 +135,7 @@ def expert_demonstrations(source, config: dict | None = None, cache: bool = True
                     prev = d.expert_action[t - 1]
                     env._last = (float(spec.lateral[prev[0]]), float(spec.longitudinal[prev[1]]))
                 else:
-                    env._last = (0.0, float(s["state"][3]) * 0.5)
+                    env._last = (0.0, float(s["state"][3]) * ANCHOR_HORIZON)
                 env._measure()
                 env._obs = None
                 obs = env._observe()

@@ -1,7 +1,7 @@
 """``SplatDrive-v0``: closed-loop driving in a 3DGS digital twin, as RAD trains it.
 
 One episode is one scenario (a logged clip): the ego starts on the expert's first pose and speed,
-other traffic is log-replayed, and each step the agent picks an anchor (``envs.actions``): the ego
+other traffic is log-replayed, and each step the agent picks an anchor (``scenarios.actions``): the ego
 drives the arc to it (``sim.dynamics.anchor_to_controls``) for one step of the bicycle model
 (``bicycle_step``) and re-plans. RAD's four failure events end the episode with -1
 (``envs.reward``); reaching the clip's end truncates it.
@@ -36,16 +36,16 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from envs.actions import ActionSpec, project_feasible
 from envs.config import EnvConfig
 from envs.kernels import first_overlap, nearest_features, nearest_points, route_features
 from envs.observation import observation_space
 from envs.reward import detect_events, first_event, reward_parts, reward_terms
 from envs.suite import ScenarioPool, resolve_scenarios
+from scenarios.actions import ActionSpec, project_feasible
+from sim.dynamics import ANCHOR_HORIZON
 
 log = logging.getLogger("envs")
 
-ANCHOR_HORIZON = 0.5  # s: the anchor is the displacement after 0.5 s (RAD)
 
 
 def check_action(action, spec: ActionSpec, where: str = "DrivingEnv.step") -> tuple[int, int]:

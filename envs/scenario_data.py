@@ -15,8 +15,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from envs.actions import ActionSpec, nearest_bins
 from envs.kernels import path_points, project_path
+from scenarios.actions import ActionSpec, nearest_bins
+from scenarios.expert import expert_displacements
+from scenarios.scene import load_scene
 from sim.frames import wrap_angle
 from sim.geometry import interpolate_polyline, polyline_arclength
 
@@ -32,13 +34,11 @@ class ScenarioData:
     the agents followed by the obstacles (stopped, always present), what the agents observation
     picks from. Lanes:
     ``lane_points`` [L, 3] (x, y, heading). Labels: ``expert_action`` [T+1, 2] (lateral index,
-    longitudinal index), the nearest feasible bins to the expert's 0.5 s displacement at each step
+    longitudinal index), the nearest feasible bins to the expert's displacement one anchor horizon ahead at each step
     (the last step repeats the one before).
     """
 
     def __init__(self, scenario, horizon: int | None, spec: ActionSpec, map_spacing: float = 2.0):
-        from scenarios.expert import expert_displacements
-
         sc = scenario
         self.scenario = sc
         self.id = str(sc.id)
@@ -118,7 +118,7 @@ class ScenarioData:
     # -- the scene: loaded per episode (``scenarios.scene`` keeps the PLYs in a bounded cache) -----
     def load_scene(self):
         """The ``sim.Scene``, PLYs read through scenarios' per-process cache."""
-        return self.scenario.load_scene()
+        return load_scene(self.scenario)
 
     # -- per-step queries (numba kernels; ``sim.geometry`` is their reference) -------------------
     def project(self, xy) -> tuple[float, float, float, float]:

@@ -37,10 +37,10 @@ import torch
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from envs.actions import project_feasible
 from envs.config import EnvConfig
 from envs.driving import DrivingEnv, advance, check_action, rgb_to_uint8
 from envs.suite import ScenarioPool, resolve_scenarios
+from scenarios.actions import project_feasible
 
 log = logging.getLogger("envs")
 

@@ -46,6 +46,7 @@ import torch
 from policy.exported import FORMAT, FORMAT_VERSION, OUTPUTS, POLICY_JSON, ExportError, load_exported
 from policy.sources import PolicySource, PolicySourceError, resolve_policy_source, space_to_json
 from sim.configs import field, parse_cli, to_dict
+from sim.dynamics import ANCHOR_HORIZON
 
 log = logging.getLogger(__name__)
 
@@ -182,7 +183,7 @@ def _action_json(spec) -> dict:
         meaning="an anchor: the ego's displacement 0.5 s ahead in its frame at decision time; the env drives "
         "the first 0.1 s along the arc to it and decides again (10 Hz)",
         frame="ego frame at decision time: x forward, y left (metres)",
-        horizon_s=0.5,
+        horizon_s=ANCHOR_HORIZON,
         n_lat=int(spec.n_lat),
         lat_max=float(spec.lat_max),
         n_long=int(spec.n_long),
@@ -214,7 +215,7 @@ def _mask_json(spec) -> dict:
         table=["".join("1" if x else "0" for x in row) for row in m],
         table_layout="n_long strings of n_lat characters: table[i][j] == '1' where (longitudinal i, lateral j) "
         "is feasible",
-        rebuild="envs.actions.ActionSpec(n_lat, lat_max, n_long, long_max, max_curvature).feasibility()",
+        rebuild="scenarios.actions.ActionSpec(n_lat, lat_max, n_long, long_max, max_curvature).feasibility()",
     )
 
 

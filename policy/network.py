@@ -48,7 +48,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from envs.actions import ActionSpec
+from scenarios.actions import ActionSpec
 
 MASK_VALUE = -1e9
 OBS_PARTS = ("cameras", "ego", "route", "agents", "map")
@@ -263,7 +263,7 @@ def _check_box(space: gym.spaces.Space, key: str, ndim: int) -> tuple[int, ...]:
 class ActorCritic(nn.Module):
     """RAD's actor-critic over a Dict observation space (any subset of OBS_PARTS) and an action spec.
 
-    spec: the env's ``envs.actions.ActionSpec`` (so the mask is exactly the one the env enforces), or anything
+    spec: the env's ``scenarios.actions.ActionSpec`` (so the mask is exactly the one the env enforces), or anything
     with ``n_lat``, ``n_long`` and ``feasibility()`` -> bool [n_long, n_lat].
     """
 

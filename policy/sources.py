@@ -68,8 +68,8 @@ from policy.exported import (
 if TYPE_CHECKING:
     import torch
 
-    from envs.actions import ActionSpec
     from policy.network import ActorCritic
+    from scenarios.actions import ActionSpec
 
 log = logging.getLogger(__name__)
 
@@ -566,7 +566,7 @@ def _resolve_checkpoint(s: SourceSpec) -> PolicySource:
 
 
 def _action_spec(d: Any, where: str, default: ActionSpec) -> ActionSpec:
-    from envs.actions import ActionSpec
+    from scenarios.actions import ActionSpec
 
     if d is None:
         return default

@@ -1,12 +1,14 @@
 """RAD's decoupled discrete action space: bins, the feasibility mask, decoding, IL targets.
 
-The one definition of the action grid. It lives in ``scenarios`` because the expert's IL labels
-(the nearest feasible bins to its 0.5 s displacement) are part of a scenario; ``envs.actions``
-re-exports it as the env's action space.
-An action is an *anchor*: the ego's displacement after 0.5 s in its current frame (``sim.frames``:
-x forward, y left), chosen as a pair of bins (lateral index, longitudinal index). With the default
-:class:`ActionSpec`, lateral bins are ``linspace(-0.75, 0.75, 61)`` m (0.025 m apart) and
-longitudinal bins ``linspace(0, 15, 61)`` m (0.25 m apart, up to 30 m/s).
+The one definition of the action grid, and the env's action space (``envs`` re-exports the names a
+user needs). It lives in ``scenarios`` because the expert's IL labels (the nearest feasible bins to
+its displacement one anchor horizon ahead) are part of a scenario. One mask orientation everywhere:
+``[n_long, n_lat]``, indexed ``mask[longitudinal, lateral]``.
+An action is an *anchor*: the ego's displacement after ``sim.dynamics.ANCHOR_HORIZON`` = 0.5 s in its
+current frame (``sim.frames``: x forward, y left), chosen as a pair of bins (lateral index,
+longitudinal index). With the default :class:`ActionSpec`, lateral bins are
+``linspace(-0.75, 0.75, 61)`` m (0.025 m apart) and longitudinal bins ``linspace(0, 15, 61)`` m
+(0.25 m apart, up to 30 m/s).
 
 **Feasibility.** RAD masks pairs a car cannot drive: at 0 and 0.25 m forward only zero lateral
 is allowed, and the lateral band widens with forward distance; its table of allowed half-widths
@@ -152,7 +154,7 @@ def project_feasible(lat_idx, long_idx, spec: ActionSpec | None = None) -> tuple
 def nearest_bins(lat_m, long_m, spec: ActionSpec | None = None) -> np.ndarray:
     """The nearest *feasible* (lateral, longitudinal) bin pair to displacements in metres.
 
-    lat_m, long_m: scalars or arrays of one shape S (ego frame, 0.5 s ahead). Nearest in the
+    lat_m, long_m: scalars or arrays of one shape S (ego frame, one anchor horizon ahead). Nearest in the
     Euclidean sense in metres, over feasible pairs only (the IL target). Ties go to the lower
     longitudinal bin. Returns int64 [*S, 2] as (lateral index, longitudinal index).
     """
@@ -175,7 +177,6 @@ def nearest_bins(lat_m, long_m, spec: ActionSpec | None = None) -> np.ndarray:
 
 # -- the default grid, as the expert planner uses it ---------------------------------------------
 DEFAULT = ActionSpec()
-ANCHOR_HORIZON = 0.5  # seconds: an anchor is the displacement after this long
 NUM_LATERAL = DEFAULT.n_lat
 NUM_LONGITUDINAL = DEFAULT.n_long
 LATERAL_BINS = DEFAULT.lateral  # metres, left positive
@@ -184,11 +185,6 @@ LATERAL_STEP = float(LATERAL_BINS[1] - LATERAL_BINS[0])
 LONGITUDINAL_STEP = float(LONGITUDINAL_BINS[1] - LONGITUDINAL_BINS[0])
 LATERAL_CENTER = DEFAULT.center
 LATERAL_HALF_WIDTH = RAD_HALF_WIDTHS
-
-
-def feasible_mask() -> np.ndarray:
-    """[61 lateral, 61 longitudinal] bool of the default grid (``feasibility().T``)."""
-    return feasibility(DEFAULT).T.copy()
 
 
 def bins_to_displacement(idx) -> np.ndarray:
@@ -209,10 +205,9 @@ def nearest_feasible_bins(displacement) -> np.ndarray:
 def nearest_feasible_bins_reference(displacement) -> np.ndarray:
     """Brute force over all feasible pairs of the default grid for one displacement [2] -> [2]; the test oracle."""
     lat, lon = (float(v) for v in displacement)
-    m = feasible_mask()
-    err = (LATERAL_BINS[:, None] - lat) ** 2 + (LONGITUDINAL_BINS[None, :] - lon) ** 2
+    m = feasibility(DEFAULT)  # [n_long, n_lat]
+    err = (LONGITUDINAL_BINS[:, None] - lon) ** 2 + (LATERAL_BINS[None, :] - lat) ** 2
     err = np.where(m, err, np.inf)
-    # ties: the smaller longitudinal index first, as the fast path
-    flat = np.argmin(err.T.reshape(-1))
-    i, j = divmod(int(flat), NUM_LATERAL)
+    # ties: the smaller longitudinal index first (row-major argmin), as the fast path
+    i, j = divmod(int(np.argmin(err)), NUM_LATERAL)
     return np.array([j, i])

@@ -17,7 +17,7 @@ constant-velocity driver hits the lead / cutting-in / crossing car and the parke
 curve; a lane follower takes the curve but still hits everything in its lane).
 
 Frames as the observation (``envs.observation``): ego frame, x forward, y left, metres; an action is
-the anchor 0.5 s ahead (``envs.actions``). Everything here is numpy; no env, no torch.
+the anchor ``ANCHOR_HORIZON`` = 0.5 s ahead (``scenarios.actions``). Everything here is numpy; no env, no torch.
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ from typing import Any
 
 import numpy as np
 
+from sim.dynamics import ANCHOR_HORIZON
+
 BASELINES = ("expert", "constant-velocity", "lane-follow")
-ANCHOR_HORIZON = 0.5  # s: an action's longitudinal bin is the distance driven in 0.5 s (RAD)
 
 # observation parts each baseline reads (the evaluation switches the rest off: cameras cost most)
 PARTS = {
@@ -38,7 +39,7 @@ PARTS = {
 }
 
 # lane-follow's settings
-LOOKAHEAD_S = 0.5  # s: pure-pursuit look-ahead time (the anchor's: it then lies on the centre line) ...
+LOOKAHEAD_S = ANCHOR_HORIZON  # s: pure-pursuit look-ahead time (the anchor's: it then lies on the centre line) ...
 MIN_LOOKAHEAD = 3.0  # m: ... and its minimum distance
 ALIGNED_COS = float(np.cos(np.radians(35.0)))  # lane points whose heading is within 35 deg of the ego's
 NEAR_X = 4.0  # m: lane points within this of the ego (along x) decide which lane it is in
@@ -47,7 +48,7 @@ LINK_MAX_OFFSET = 1.0  # m: ... and this far off the previous point's tangent (l
 
 
 def hold_speed_bins(speed: np.ndarray, longitudinal: np.ndarray) -> np.ndarray:
-    """The longitudinal bin that holds each speed: nearest to v x 0.5 s. speed [B] m/s -> [B] int64."""
+    """The longitudinal bin that holds each speed: nearest to v x ANCHOR_HORIZON. speed [B] m/s -> [B] int64."""
     want = np.asarray(speed, dtype=np.float64)[:, None] * ANCHOR_HORIZON
     return np.argmin(np.abs(np.asarray(longitudinal)[None, :] - want), axis=1).astype(np.int64)
 

@@ -27,7 +27,6 @@ import numpy as np
 from numba import njit
 
 from scenarios.actions import (
-    ANCHOR_HORIZON,
     LATERAL_BINS,
     LONGITUDINAL_BINS,
     bins_to_displacement,
@@ -35,7 +34,7 @@ from scenarios.actions import (
     nearest_feasible_bins,
 )
 from scenarios.format import EgoSpec, Scenario
-from sim.dynamics import MAX_ACCEL, MAX_DECEL, MAX_STEER, V_MAX, anchor_to_controls, bicycle_step
+from sim.dynamics import ANCHOR_HORIZON, MAX_ACCEL, MAX_DECEL, MAX_STEER, V_MAX, anchor_to_controls, bicycle_step
 from sim.geometry import boxes_overlap, interpolate_polyline, polyline_arclength, polyline_heading, world_to_local
 
 A_MAX = 2.0  # m/s^2, planned acceleration bound (comfortable)

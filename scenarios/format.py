@@ -14,12 +14,14 @@ from pathlib import Path
 
 import numpy as np
 
+from sim.dynamics import ANCHOR_HORIZON
+
 FORMAT_VERSION = 1
 AGENT_TYPES = ("vehicle", "pedestrian", "cyclist")
 DEFAULT_DT = 0.1  # s, RAD's 10 Hz
 DEFAULT_HORIZON = 80  # steps: RAD's 8 s clips
 DEFAULT_RENDER_DISTANCE = 200.0  # metres
-LABEL_STEPS = 5  # 0.5 s at 10 Hz: the expert's IL label at step k looks at step k + 5
+LABEL_STEPS = round(ANCHOR_HORIZON / DEFAULT_DT)  # 5: the expert's IL label at step k looks at step k + 5
 KINDS = ("lane_keep_straight", "lane_keep_curve", "lead_vehicle", "cut_in", "parked_obstacle", "crossing", "merge")
 
 

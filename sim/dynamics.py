@@ -30,6 +30,7 @@ V_MAX = 30.0  # m/s; RAD's longitudinal anchors reach 15 m per 0.5 s
 MAX_ACCEL = 6.0  # m/s^2
 MAX_DECEL = 9.0  # m/s^2, about a dry-road emergency stop
 MAX_STEER = float(np.deg2rad(49.0))  # RAD's anchors span +-49 degrees of front-wheel angle
+ANCHOR_HORIZON = 0.5  # s: an anchor is the ego's displacement after this long (RAD); the one definition
 
 
 def _sinc(u: np.ndarray) -> np.ndarray:
@@ -104,7 +105,7 @@ def anchor_to_controls(
     v0,
     lateral,
     longitudinal,
-    horizon: float = 0.5,
+    horizon: float = ANCHOR_HORIZON,
     wheelbase: float = WHEELBASE,
     *,
     max_accel: float = MAX_ACCEL,

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from envs.actions import ActionSpec
 from learner.group import LearnerGroup
 from learner.learner import Learner, LearnerSettings, NonFiniteLoss
 from policy.network import ActorCritic, PolicyConfig, example_observation_space, random_obs
+from scenarios.actions import ActionSpec
 
 SPACE = example_observation_space(n_cams=1, height=16, width=32)
 SPEC = ActionSpec()

@@ -10,7 +10,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from envs.actions import ActionSpec, nearest_bins
 from learner.losses import (
     NonFiniteGuard,
     directional_aux_loss,
@@ -20,6 +19,7 @@ from learner.losses import (
     ppo_loss,
 )
 from policy.network import MASK_VALUE, ActorCritic, PolicyConfig
+from scenarios.actions import ActionSpec, nearest_bins
 
 CLEANRL_NAMES = ("losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl", "losses/clipfrac")
 

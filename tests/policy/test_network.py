@@ -12,8 +12,8 @@ import pytest
 import torch
 from torch.distributions import Categorical
 
-from envs.actions import ActionSpec, is_feasible
 from policy.network import MASK_VALUE, ActorCritic, ExportPolicy, PolicyConfig, main
+from scenarios.actions import ActionSpec, is_feasible
 
 SPEC = ActionSpec()
 PARTS = ("cameras", "ego", "route", "agents", "map")
@@ -305,8 +305,7 @@ def test_bench_prints_json(capsys):
 
 
 def test_built_from_the_envs_spec_uses_its_mask():
-    env_actions = pytest.importorskip("envs.actions")
-    spec = env_actions.ActionSpec(n_lat=61, lat_max=0.75, n_long=61, long_max=30.0)  # a range where rules differ
+    spec = ActionSpec(n_lat=61, lat_max=0.75, n_long=61, long_max=30.0)  # a range where rules differ
     space = make_space(("ego",))
     model = ActorCritic(space, spec)
     with torch.no_grad():

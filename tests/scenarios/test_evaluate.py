@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from scenarios import baselines
+from scenarios.actions import ActionSpec
 from scenarios.evaluate import EvaluateConfig, PolicyError, main, parse_args, run
 from scenarios.metrics import EVENTS, by_kind, rad_metrics
 from scenarios.report import RAD_COLUMNS, worst_first
@@ -96,8 +97,6 @@ def no_env(monkeypatch):
 
 
 def _spec():
-    from envs.actions import ActionSpec
-
     return ActionSpec()
 
 

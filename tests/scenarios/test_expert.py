@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from scenarios.actions import (
     LATERAL_BINS,
     LONGITUDINAL_BINS,
+    ActionSpec,
     bins_to_displacement,
-    feasible_mask,
+    feasibility,
+    nearest_bins,
     nearest_feasible_bins,
     nearest_feasible_bins_reference,
 )
@@ -29,8 +30,9 @@ from sim import dynamics
 
 
 def test_feasible_mask_is_rads_table():
-    m = feasible_mask()  # [lateral, longitudinal]
-    half = (m.sum(axis=0) - 1) // 2
+    m = feasibility()  # [longitudinal, lateral], the one orientation
+    assert m.shape == (61, 61)
+    half = (m.sum(axis=1) - 1) // 2
     assert list(half[:8]) == [0, 0, 2, 4, 8, 13, 20, 29] and (half[8:] == 30).all()
 
 
@@ -40,15 +42,33 @@ def test_nearest_bins_match_brute_force():
     fast = nearest_feasible_bins(d)
     ref = np.array([nearest_feasible_bins_reference(x) for x in d])
     assert (fast == ref).all()
-    assert feasible_mask()[fast[:, 0], fast[:, 1]].all()
+    assert feasibility()[fast[:, 1], fast[:, 0]].all()
     np.testing.assert_allclose(bins_to_displacement(nearest_feasible_bins([[0.1, 5.0]])), [[0.1, 5.0]])
 
 
-def test_nearest_bins_match_the_env():
-    envs_actions = pytest.importorskip("envs.actions")
+def _rads_table_nearest(lat: float, lon: float) -> tuple[int, int]:
+    """The nearest feasible bin pair by brute force over a mask written from RAD's table by hand
+    (half-widths 0, 0, 2, 4, 8, 13, 20, 29 lateral bins either side of the centre, full from longitudinal
+    bin 8 on), bins 0.025 m and 0.25 m apart; ties to the lower longitudinal bin, then the lower lateral."""
+    half = [0, 0, 2, 4, 8, 13, 20, 29] + [30] * 53
+    best, arg = np.inf, None
+    for i in range(61):  # longitudinal
+        for j in range(30 - half[i], 31 + half[i]):  # lateral, the band around the centre bin 30
+            d2 = (-0.75 + 0.025 * j - lat) ** 2 + (0.25 * i - lon) ** 2
+            if d2 < best - 1e-12:
+                best, arg = d2, (j, i)
+    return arg
+
+
+def test_nearest_bins_of_the_env_and_the_expert_match_rads_table():
+    """The env's IL target (``nearest_bins`` on its default ActionSpec) and the expert's
+    (``nearest_feasible_bins``) against a brute force over RAD's table, not over the module's own mask."""
     rng = np.random.default_rng(1)
-    d = np.stack([rng.uniform(-1.0, 1.0, 2000), rng.uniform(-1.0, 16.0, 2000)], axis=1)
-    assert (envs_actions.nearest_bins(d[:, 0], d[:, 1]) == nearest_feasible_bins(d)).all()
+    d = np.stack([rng.uniform(-1.0, 1.0, 400), rng.uniform(-1.0, 16.0, 400)], axis=1)
+    d[:50, 1] = rng.uniform(0.0, 2.0, 50)  # where the band is narrow
+    want = np.array([_rads_table_nearest(*x) for x in d])
+    np.testing.assert_array_equal(nearest_bins(d[:, 0], d[:, 1], ActionSpec()), want)
+    np.testing.assert_array_equal(nearest_feasible_bins(d), want)
 
 
 def test_drive_kernel_matches_sim_dynamics():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from envs.actions import (
+from scenarios.actions import (
     RAD_HALF_WIDTHS,
     ActionSpec,
     decode,
