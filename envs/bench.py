@@ -17,14 +17,20 @@ import os
 import time
 from contextlib import contextmanager
 
+import numba
 import numpy as np
+
+from envs.config import EnvConfig
+from envs.driving import DrivingEnv
+from envs.suite import resolve_scenarios
+from envs.vector import VectorDrivingEnv
+from scenarios.scene import load_cloud
+from sim import rendering
 
 
 @contextmanager
 def _timed_render():
-    """Count the seconds spent inside ``sim.rendering.render`` (what envs call)."""
-    import sim.rendering as rendering
-
+    """Count the seconds spent inside ``sim.rendering.render`` (the envs call it through the module)."""
     real = rendering.render
     spent = {"s": 0.0, "calls": 0}
 
@@ -49,8 +55,6 @@ def _warm(env_like, pool) -> None:
 
 
 def bench_single(scenarios, config: dict, steps: int) -> dict:
-    from envs.driving import DrivingEnv
-
     env = DrivingEnv(config, scenarios=scenarios)
     _warm(env, env.pool)
     _, info = env.reset(seed=0)
@@ -69,8 +73,6 @@ def bench_single(scenarios, config: dict, steps: int) -> dict:
 
 
 def bench_vector(scenarios, config: dict, steps: int, num_envs: int) -> dict:
-    from envs.vector import VectorDrivingEnv
-
     venv = VectorDrivingEnv(scenarios, num_envs, config)
     for sid in venv.pool.ids:  # load every scene once
         venv.reset(seed=0, options={"scenario": sid})
@@ -99,15 +101,10 @@ def _figures(env_steps: int, wall: float, cpu: float, spent: dict) -> dict:
 
 
 def run(suite, steps: int, vector_steps: int, num_envs: int, config: dict) -> dict:
-    from envs.config import EnvConfig
-    from envs.suite import resolve_scenarios
-
     cfg = EnvConfig.from_dict(config)
     scenarios = resolve_scenarios(suite if suite is not None else cfg.suite, cfg.skip_broken)
     sizes = []
     for sc in scenarios[:4]:
-        from scenarios.scene import load_cloud
-
         sizes.append(len(load_cloud(sc.scene.background, "background")))
     out: dict = {
         "suite": str(suite if suite is not None else cfg.suite) if not isinstance(suite, list) else "(list)",
@@ -129,8 +126,6 @@ def run(suite, steps: int, vector_steps: int, num_envs: int, config: dict) -> di
 
 
 def _numba_threads() -> int:
-    import numba
-
     return int(numba.get_num_threads())
 
 

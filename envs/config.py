@@ -89,6 +89,12 @@ class EnvConfig:
     """Also count overlap with the scenario's static obstacle boxes as a static collision."""
     static_gaussians: bool = True
     """Query the background Gaussians for static collisions (StaticIndex)."""
+    progress_event: bool = True
+    """Progress deviation (not one of RAD's events; false for RAD-exact runs): falling more than
+    ``progress_threshold`` behind the logged expert ends the episode."""
+    progress_threshold: float = 10.0
+    """Progress deviation: metres behind the logged expert at the same step, along its path, above
+    which the episode ends (why this default: scenarios/README.md, "Progress")."""
 
     # -- render_mode="rgb_array" -----------------------------------------------------------------
     bev_pixels: int = 256
@@ -114,6 +120,7 @@ class EnvConfig:
             "route_spacing",
             "position_threshold",
             "heading_threshold_deg",
+            "progress_threshold",
             "bev_range",
         ):
             v = getattr(self, f)

@@ -24,7 +24,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
+from envs.driving import DrivingEnv, rgb_to_uint8
+from sim import rendering  # called as rendering.render: the one place envs.bench and tests count or patch
 from sim.dynamics import ANCHOR_HORIZON
 
 log = logging.getLogger("envs")
@@ -77,8 +80,6 @@ def expert_demonstrations(source, config: dict | None = None, cache: bool = True
     A scenario that fails (its PLY is corrupt...) is charged in the pool, logged and left out
     (``skipped``); only a suite where every scenario fails raises.
     """
-    from envs.driving import DrivingEnv, rgb_to_uint8
-
     env = DrivingEnv(config, scenarios=source)
     pool = env.pool
     cfg_dict = env.config.to_dict() if hasattr(env.config, "to_dict") else dict(config or {})
@@ -105,14 +106,10 @@ def expert_demonstrations(source, config: dict | None = None, cache: bool = True
     def flush():
         if not pending:
             return
-        import torch
-
-        from sim.rendering import render
-
         reqs = [r for _, r in pending]
         far = max(f for _, _, f in reqs)
         vms = torch.stack([v for _, v, _ in reqs])
-        out = render([c for c, _, _ in reqs], vms, env._Ks, env.rig.width, env.rig.height,
+        out = rendering.render([c for c, _, _ in reqs], vms, env._Ks, env.rig.width, env.rig.height,
                      backend=env.config.render_backend, far_plane=far)  # fmt: skip
         imgs = rgb_to_uint8(out.rgb)
         for (i, _), img in zip(pending, imgs):

@@ -3,7 +3,8 @@
 One episode is one scenario (a logged clip): the ego starts on the expert's first pose and speed,
 other traffic is log-replayed, and each step the agent picks an anchor (``scenarios.actions``): the ego
 drives the arc to it (``sim.dynamics.anchor_to_controls``) for one step of the bicycle model
-(``bicycle_step``) and re-plans. RAD's four failure events end the episode with -1
+(``bicycle_step``) and re-plans. RAD's four failure events, and falling too far behind the logged
+expert (``progress_deviation``, on unless ``progress_event=False``), end the episode with -1
 (``envs.reward``); reaching the clip's end truncates it.
 
 Observation: ``envs.observation``. Info at every reset and step:
@@ -11,8 +12,15 @@ Observation: ``envs.observation``. Info at every reset and step:
 - ``scenario`` (id), ``step`` (0..horizon), ``expert_action`` int64 [2]: the expert's IL label
   (lateral index, longitudinal index) for the observation returned with it, i.e. for the next
   action (the nearest feasible bins to ``scenarios.expert.expert_displacements`` at this step);
-- ``path_distance`` (m to the expert path), ``heading_error`` (rad, ego yaw minus the matched
-  expert yaw, wrapped); ``ego_state`` float64 [4]: the ego's x, y (m, world), yaw (rad), speed (m/s);
+- ``path_distance`` (m to the expert path), ``lateral_offset`` (the same distance signed: > 0 when
+  the ego is left of the path, seen along the matched expert heading), ``heading_error`` (rad, ego
+  yaw minus the matched expert yaw, wrapped); ``ego_state`` float64 [4]: the ego's x, y (m, world),
+  yaw (rad), speed (m/s);
+- ``route_completion``: the ego's arclength along the expert path (its nearest point) divided by the
+  arclength the expert covers over the whole horizon, clipped to [0, 1] (1.0 when the expert does not
+  move); ``progress_lag``: metres the ego is behind the logged expert at this same step, both measured
+  along the expert path (negative when ahead): what ``progress_deviation`` compares with
+  ``progress_threshold``;
 - at reset: ``action_mask`` bool [n_long, n_lat] (also ``env.action_mask``);
 - at a step: ``reward_terms`` (dict of the named terms), ``reward_parts`` float32 [2] (lateral,
   longitudinal), ``event`` ('' or the first event's name), ``collision_location`` ('' or
@@ -36,16 +44,35 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from envs.bev import compose_frame
 from envs.config import EnvConfig
-from envs.kernels import first_overlap, nearest_features, nearest_points, route_features
+from envs.kernels import first_overlap, nearest_features, nearest_points, path_points, route_features
 from envs.observation import observation_space
 from envs.reward import detect_events, first_event, reward_parts, reward_terms
 from envs.suite import ScenarioPool, resolve_scenarios
 from scenarios.actions import ActionSpec, project_feasible
-from sim.dynamics import ANCHOR_HORIZON
+from sim import rendering  # called as rendering.render: the one place envs.bench and tests count or patch
+from sim.camera import make_rig
+from sim.collision import StaticIndex
+from sim.dynamics import ANCHOR_HORIZON, anchor_to_controls, bicycle_step
+from sim.frames import pose_matrix
+from sim.geometry import box_corners, world_to_local
 
 log = logging.getLogger("envs")
 
+STILL_EXPERT = 0.01  # m: an expert covering less than this over the horizon "does not move"
+
+
+def expert_arclength(poses: np.ndarray, horizon: int) -> np.ndarray:
+    """[horizon + 1] metres the logged expert has driven by each step 0..horizon, along its own path.
+
+    poses: [T_e, >= 2] logged rear-axle poses (x, y first), T_e >= horizon + 1. The sum of the step
+    lengths: the arclength of the expert path (``ScenarioData.path_s``) at the expert's step-t pose.
+    """
+    xy = np.asarray(poses, dtype=np.float64)[: horizon + 1, :2]
+    out = np.zeros(len(xy))
+    out[1:] = np.cumsum(np.hypot(*np.diff(xy, axis=0).T))
+    return out
 
 
 def check_action(action, spec: ActionSpec, where: str = "DrivingEnv.step") -> tuple[int, int]:
@@ -77,8 +104,6 @@ def advance(states: np.ndarray, lat_m: np.ndarray, long_m: np.ndarray, dts, whee
     states: [B, 4] (x, y, yaw, v); lat_m, long_m: [B] anchors (m, ego frame); dts, wheelbases: [B].
     Egos sharing (dt, wheelbase) -- usually all -- go through one vectorised call.
     """
-    from sim.dynamics import anchor_to_controls, bicycle_step
-
     B = len(states)
     new = np.empty((B, 4))
     accel = np.empty(B)
@@ -126,13 +151,13 @@ class DrivingEnv(gym.Env):
         self.action_spec = cfg.action_spec
         self.action_space = spaces.MultiDiscrete([self.action_spec.n_lat, self.action_spec.n_long])
         self.action_mask = self.action_spec.mask  # [n_long, n_lat] bool, read-only
-        from sim.camera import make_rig
-
         rig_name, width, height = pool.rig_spec()
         self.rig = make_rig(rig_name, width, height)
         self._Ks = self.rig.Ks()  # [C, 3, 3]
         self.observation_space = observation_space(cfg, len(self.rig), width, height)
         self._heading_threshold = math.radians(cfg.heading_threshold_deg)
+        self._progress_threshold = float(cfg.progress_threshold) if cfg.progress_event else None
+        self._point = np.empty((1, 2))  # the matched path point (a reused buffer)
         self._seeded = False
         self._active = False  # an episode is running
         self._data = None
@@ -200,8 +225,6 @@ class DrivingEnv(gym.Env):
             return None
         if self._data is None:
             raise RuntimeError("DrivingEnv.render: call reset() first")
-        from envs.bev import compose_frame
-
         cams = self._obs.get("cameras") if self._obs is not None else None
         if cams is None:
             request = self._camera_request(force=True)
@@ -246,14 +269,14 @@ class DrivingEnv(gym.Env):
         self._scene = d.load_scene() if need_scene else None
         self._static = None
         if cfg.static_gaussians:
-            from sim.collision import StaticIndex
-
             bg = self._scene.background
             self._static = StaticIndex.from_cloud(bg, opacity_threshold=cfg.static_opacity_threshold)
             L, W, H = d.ego_lwh
             lwh = np.array([[L, W, max(H - cfg.static_lift, 0.0)]])
             self._query = (np.zeros((1, 3)), np.eye(3)[None].copy(), lwh)
         self._t = 0
+        self._expert_s = expert_arclength(d.expert_poses, d.horizon)  # [H + 1] m, the log's progress
+        self._expert_total = float(self._expert_s[-1])
         self._state = d.start_state.copy()
         self._accel = self._steer = self._yaw_rate = 0.0
         self._last_event = ""
@@ -263,10 +286,19 @@ class DrivingEnv(gym.Env):
         self._active = True
 
     def _measure(self) -> None:
-        """Path distance, arclength, heading error and ground height at the current state."""
-        dist, s, yaw, z = self._data.project(self._state[:2])
+        """Path distance and its side, arclength, heading error, ground height and progress at the
+        current state (step ``self._t``)."""
+        d = self._data
+        x, y = float(self._state[0]), float(self._state[1])
+        dist, s, yaw, z = d.project(self._state[:2])
         self._dist, self._s, self._z = dist, s, z
         self._heading_err = float((self._state[2] - yaw + math.pi) % (2 * math.pi) - math.pi)
+        path_points(d.path_xy, d.path_s, np.array([s]), self._point)
+        left = -math.sin(yaw) * (x - self._point[0, 0]) + math.cos(yaw) * (y - self._point[0, 1])
+        self._lateral = float(math.copysign(dist, left)) if left != 0.0 else 0.0
+        total = self._expert_total
+        self._completion = 1.0 if total < STILL_EXPERT else float(min(max(s / total, 0.0), 1.0))
+        self._lag = float(self._expert_s[min(self._t, len(self._expert_s) - 1)] - s)
 
     def _after_dynamics(self, new, accel, steer, lat_m, long_m, applied, projected):
         """Advance the episode to the new ego state; events, reward, observation (cameras apart)."""
@@ -288,6 +320,8 @@ class DrivingEnv(gym.Env):
             self._heading_err,
             cfg.position_threshold,
             self._heading_threshold,
+            self._lag,
+            self._progress_threshold,
         )
         terms = reward_terms(events)
         terminated = any(events.values())
@@ -323,7 +357,10 @@ class DrivingEnv(gym.Env):
             "step": self._t,
             "expert_action": d.expert_action[min(self._t, d.horizon)].copy(),
             "path_distance": self._dist,
+            "lateral_offset": self._lateral,
             "heading_error": self._heading_err,
+            "route_completion": self._completion,
+            "progress_lag": self._lag,
             "ego_state": self._state.copy(),  # float64 [4]: x, y (m, world), yaw (rad), speed (m/s)
         }
 
@@ -408,8 +445,6 @@ class DrivingEnv(gym.Env):
         return obs
 
     def world_T_ego(self) -> np.ndarray:
-        from sim.frames import pose_matrix
-
         return pose_matrix(self._state[0], self._state[1], self._z, self._state[2])
 
     def _camera_request(self, force: bool = False):
@@ -422,10 +457,8 @@ class DrivingEnv(gym.Env):
         return comp, self.rig.viewmats(self.world_T_ego()), float(self._data.scenario.render_distance)
 
     def _render_one(self, comp, viewmats, far) -> np.ndarray:
-        from sim.rendering import render
-
         r, c = self.rig, self.config
-        out = render(comp, viewmats, self._Ks, r.width, r.height, backend=c.render_backend, far_plane=far)
+        out = rendering.render(comp, viewmats, self._Ks, r.width, r.height, backend=c.render_backend, far_plane=far)
         return rgb_to_uint8(out.rgb)
 
     def _set_cameras(self, images: np.ndarray) -> None:
@@ -445,8 +478,6 @@ def contact_point(c, yaw, size, oc, oyaw, osize) -> np.ndarray:
     """Where box o overlaps the ego box, in the ego box frame (x forward, y left from its centre):
     the centroid of the overlap polygon (the other box clipped to the ego box); where the boxes only
     touch, the mean of the touching polygon's vertices. float32 [2]."""
-    from sim.geometry import box_corners, world_to_local
-
     hl, hw = 0.5 * float(size[0]), 0.5 * float(size[1])
     poly = world_to_local(box_corners(oc, oyaw, osize), c, yaw)  # [4, 2], counter-clockwise
     # Sutherland-Hodgman against the ego box's four half-planes, n . p <= h

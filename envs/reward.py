@@ -1,4 +1,4 @@
-"""RAD's rewards: four failure events, each -1 and each ending the episode at once.
+"""RAD's rewards: four failure events, each -1 and each ending the episode at once, plus a fifth.
 
 | event              | trigger                                                     | part         |
 |--------------------|-------------------------------------------------------------|--------------|
@@ -6,11 +6,17 @@
 | static_collision   | ego box holds >= N static Gaussians, or hits a static box   | lateral      |
 | position_deviation | distance to the expert path > 2.0 m                         | lateral      |
 | heading_deviation  | heading error to the matched expert pose > 40 deg           | lateral      |
+| progress_deviation | behind the logged expert (same step, along its path) > X m  | longitudinal |
 
-The reward is the sum of the named terms (``info["reward_terms"]``); the PPO learner takes the
-two parts apart (``info["reward_parts"]`` = [lateral, longitudinal]) for its per-part GAE. When
-events coincide in one step each counts; ``info["event"]`` names the first in the order above
-(the metrics count a clip's first failure only).
+The first four are RAD's. RAD has no progress term, so a car that stops passes all four: the fifth,
+``progress_deviation`` (not RAD's; ``EnvConfig.progress_event=False`` turns it off for RAD-exact
+runs, ``EnvConfig.progress_threshold`` is X), fails an ego that falls too far behind the log.
+
+The reward is the sum of the named terms (``info["reward_terms"]``, every event's term always
+present, 0.0 when it did not happen); the PPO learner takes the two parts apart
+(``info["reward_parts"]`` = [lateral, longitudinal]) for its per-part GAE. When events coincide in
+one step each counts; ``info["event"]`` names the first in the order above (the metrics count a
+clip's first failure only).
 """
 
 from __future__ import annotations
@@ -19,13 +25,15 @@ from collections.abc import Mapping
 
 import numpy as np
 
-EVENTS = ("dynamic_collision", "static_collision", "position_deviation", "heading_deviation")
+RAD_EVENTS = ("dynamic_collision", "static_collision", "position_deviation", "heading_deviation")
+EVENTS = (*RAD_EVENTS, "progress_deviation")
 PARTS = ("lateral", "longitudinal")
 EVENT_PART = {
     "dynamic_collision": "longitudinal",
     "static_collision": "lateral",
     "position_deviation": "lateral",
     "heading_deviation": "lateral",
+    "progress_deviation": "longitudinal",
 }
 EVENT_REWARD = -1.0
 _IS_LATERAL = {e: p == "lateral" for e, p in EVENT_PART.items()}
@@ -38,14 +46,19 @@ def detect_events(
     heading_error: float,
     position_threshold: float = 2.0,
     heading_threshold: float = np.deg2rad(40.0),
+    progress_lag: float = 0.0,
+    progress_threshold: float | None = None,
 ) -> dict[str, bool]:
     """Which events happened. path_distance: metres to the expert path; heading_error: radians
-    (absolute value used) to the matched expert pose; thresholds strict (> ends the episode)."""
+    (absolute value used) to the matched expert pose; progress_lag: metres behind the logged expert
+    at this step, along its path (negative when ahead); progress_threshold None switches
+    progress_deviation off (RAD's four events only). Thresholds are strict (> ends the episode)."""
     return {
         "dynamic_collision": bool(dynamic_collision),
         "static_collision": bool(static_collision),
         "position_deviation": bool(path_distance > position_threshold),
         "heading_deviation": bool(abs(heading_error) > heading_threshold),
+        "progress_deviation": progress_threshold is not None and bool(progress_lag > progress_threshold),
     }
 
 

@@ -18,8 +18,9 @@ Infos (gymnasium's dict of arrays with ``_key`` masks): keys that describe the *
 (``reward_terms``, ``reward_parts``, ``event``, ``collision_*``, ``static_gaussians``,
 ``action_applied``, ``action_projected``, ``error``) are given for every sub-env, ended or not;
 keys that describe the *returned observation* (``scenario``, ``step``, ``expert_action``,
-``path_distance``, ``heading_error``, ``ego_state``, ``action_mask``) follow the new episode for
-ended ones; the ended episode's own are in ``final_info``.
+``path_distance``, ``lateral_offset``, ``heading_error``, ``route_completion``, ``progress_lag``,
+``ego_state``, ``action_mask``) follow the new episode for ended ones; the ended episode's own are
+in ``final_info``.
 
 A sub-env whose scenario raises (in reset, step or rendering) ends that episode truncated with
 ``info["error"]`` and carries on with another scenario; the rest are not disturbed.
@@ -41,6 +42,7 @@ from envs.config import EnvConfig
 from envs.driving import DrivingEnv, advance, check_action, rgb_to_uint8
 from envs.suite import ScenarioPool, resolve_scenarios
 from scenarios.actions import project_feasible
+from sim import rendering  # called as rendering.render: the one place envs.bench and tests count or patch
 
 log = logging.getLogger("envs")
 
@@ -267,13 +269,11 @@ class VectorDrivingEnv(VectorEnv):
 
     def _render_batch(self, requests) -> np.ndarray:
         """[S, C, H, W, 3] uint8 for S (Composite, viewmats [C, 4, 4], far plane) requests."""
-        from sim.rendering import render
-
         comps = [c for c, _, _ in requests]
         vms = torch.stack([v for _, v, _ in requests])
         far = max(f for _, _, f in requests)
         r, cfg = self.rig, self.config
-        out = render(comps, vms, self._Ks, r.width, r.height, backend=cfg.render_backend, far_plane=far)
+        out = rendering.render(comps, vms, self._Ks, r.width, r.height, backend=cfg.render_backend, far_plane=far)
         return rgb_to_uint8(out.rgb)
 
     def _batch_obs(self, obs_list: list[dict]) -> dict[str, np.ndarray]:

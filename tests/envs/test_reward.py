@@ -39,6 +39,7 @@ def test_terms_and_parts_by_hand():
         "static_collision": 0.0,
         "position_deviation": -1.0,
         "heading_deviation": 0.0,
+        "progress_deviation": 0.0,
     }
     np.testing.assert_array_equal(reward_parts(terms), [-1.0, -1.0])  # lateral, longitudinal
     assert first_event(ev) == "dynamic_collision"
@@ -46,6 +47,16 @@ def test_terms_and_parts_by_hand():
     assert not detect_events(False, False, 2.0, math.radians(40))["position_deviation"]
     assert detect_events(False, False, 0.0, -math.radians(40.01))["heading_deviation"]
     np.testing.assert_array_equal(reward_parts(reward_terms(detect_events(False, True, 0, 0))), [-1.0, 0.0])
+    # progress: strictly more than the threshold behind; None switches it off (RAD's four events)
+    assert not detect_events(False, False, 0, 0, progress_lag=10.0, progress_threshold=10.0)["progress_deviation"]
+    ev = detect_events(False, False, 0, 0, progress_lag=10.01, progress_threshold=10.0)
+    assert ev["progress_deviation"] and first_event(ev) == "progress_deviation"
+    np.testing.assert_array_equal(reward_parts(reward_terms(ev)), [0.0, -1.0])  # the longitudinal part
+    assert not detect_events(False, False, 0, 0, progress_lag=1e6)["progress_deviation"]
+    # RAD's events name the failure first when they coincide with it
+    assert first_event(detect_events(False, False, 3.0, 0, progress_lag=11.0, progress_threshold=10.0)) == (
+        "position_deviation"
+    )
 
 
 def test_location_names():
@@ -126,6 +137,7 @@ def test_position_deviation(plain):
         _, r, te, _tr, info = env.step([10, 20])
         y, yaw = env._state[1], env._state[2]
         assert info["path_distance"] == pytest.approx(abs(y), abs=1e-9)
+        assert info["lateral_offset"] == pytest.approx(y, abs=1e-9)  # signed: right of the path is < 0
         assert info["heading_error"] == pytest.approx(yaw, abs=1e-9)
         assert te == (abs(y) > 2.0)
         if te:
@@ -152,3 +164,77 @@ def test_thresholds_come_from_the_config(plain):
     env.reset(seed=0)
     _k, *_, info = run(env, [10, 20])
     assert info["event"] == "position_deviation" and 0.5 < info["path_distance"] < 1.0
+
+
+# -- progress against the logged expert ------------------------------------------------------------
+STOP = [30, 0]  # longitudinal bin 0: brake as hard as allowed (9 m/s^2) and stay stopped
+
+
+def test_stopped_ego_falls_behind_at_the_step_computed_by_hand(plain):
+    # Expert: 1 m a step. The ego brakes from 10 m/s at 9 m/s^2: x_n = n - 0.045 n^2 until it stops after
+    # 10 / 9 s at 100 / 18 = 5.556 m. Lag at step n = n - x_n: 0.045 n^2 (n <= 11), then n - 5.556:
+    # 9.444 at step 15, 10.444 at step 16 > 10 m (the default threshold): progress_deviation at step 16.
+    env = DrivingEnv(FAST, scenarios=[plain])
+    _, info = env.reset(seed=0)
+    assert info["progress_lag"] == 0.0 and info["route_completion"] == 0.0
+    for n in range(1, 17):
+        _, r, te, tr, info = env.step(STOP)
+        x = n - 0.045 * n * n if n <= 11 else 100 / 18
+        assert info["progress_lag"] == pytest.approx(n - x, abs=1e-6), n
+        assert info["route_completion"] == pytest.approx(x / 30.0, abs=1e-6), n  # 30 m over the horizon
+        assert te == (n == 16) and not tr
+    assert info["event"] == "progress_deviation" and r == -1.0
+    assert info["reward_terms"]["progress_deviation"] == -1.0
+    np.testing.assert_array_equal(info["reward_parts"], [0.0, -1.0])
+
+
+def test_progress_threshold_and_switch_come_from_the_config(plain):
+    # threshold 3 m: 0.045 n^2 > 3 first at n = 9 (3.645; 2.88 at n = 8)
+    env = DrivingEnv({**FAST, "progress_threshold": 3.0}, scenarios=[plain])
+    env.reset(seed=0)
+    k, r, te, _tr, info = run(env, STOP)
+    assert (k, r, te, info["event"]) == (9, -1.0, True, "progress_deviation")
+    # switched off (RAD's four events): the stopped ego survives the clip, 24.4 m behind at its end
+    env = DrivingEnv({**FAST, "progress_event": False}, scenarios=[plain])
+    env.reset(seed=0)
+    k, r, te, tr, info = run(env, STOP)
+    assert (k, r, te, tr, info["event"]) == (30, 0.0, False, True, "")
+    assert info["progress_lag"] == pytest.approx(30 - 100 / 18, abs=1e-6)
+    assert info["reward_terms"]["progress_deviation"] == 0.0
+    with pytest.raises(ValueError, match="progress_threshold"):
+        DrivingEnv({**FAST, "progress_threshold": 0.0}, scenarios=[plain])
+
+
+def test_expert_never_falls_behind_and_completes_the_route(plain, slow):
+    for sc, horizon in ((plain, 30), (slow, 40)):
+        env = DrivingEnv(FAST, scenarios=[sc])
+        _, info = env.reset(seed=0)
+        lags = []
+        while True:
+            _, _, te, tr, info = env.step(info["expert_action"])
+            lags.append(info["progress_lag"])
+            if te or tr:
+                break
+        assert tr and not te and info["event"] == "" and info["step"] == horizon
+        assert max(np.abs(lags)) < 1e-6  # its labels replay the log exactly on this road
+        assert info["route_completion"] == pytest.approx(1.0, abs=1e-6)
+
+
+def test_route_completion_is_one_when_the_expert_does_not_move(hm_dir):
+    sc = straight_scenario(hm_dir, sid="parked_expert", speed=0.0, horizon=10)
+    env = DrivingEnv(FAST, scenarios=[sc])
+    _, info = env.reset(seed=0)
+    assert info["route_completion"] == 1.0
+    k, _r, te, tr, info = run(env, STOP)
+    assert (k, te, tr, info["event"]) == (10, False, True, "")
+    assert info["route_completion"] == 1.0 and info["progress_lag"] == 0.0
+
+
+def test_ahead_of_the_expert_is_a_negative_lag(slow):
+    # expert at 2 m/s; the ego accelerates at up to 6 m/s^2 toward 10 m per 0.5 s
+    env = DrivingEnv(FAST, scenarios=[slow])
+    env.reset(seed=0)
+    _, _, te, _, info = env.step([30, 40])
+    x = 0.2 + 0.5 * 6.0 * 0.01  # v0 t + a t^2 / 2 at the 6 m/s^2 limit
+    assert not te and info["progress_lag"] == pytest.approx(0.2 - x, abs=1e-6)
+    assert info["route_completion"] == pytest.approx(x / 8.0, abs=1e-6)  # 40 steps x 0.2 m
