@@ -2,7 +2,7 @@
 
 splatdrive train ...      = python -m learner.train ...
 splatdrive generate ...   = python -m scenarios.generate ...
-splatdrive evaluate ...   = python -m scenarios.evaluate ...
+splatdrive evaluate ...   = python -m evaluation ...   (python -m scenarios.evaluate: an alias)
 splatdrive export ...     = python -m policy.export ...
 splatdrive render ...     = python -m sim.render ...
 splatdrive bench ...      = python -m sim.bench ...   (also env-bench, learner-bench)
@@ -16,7 +16,7 @@ import sys
 COMMANDS = {
     "train": "learner.train",
     "generate": "scenarios.generate",
-    "evaluate": "scenarios.evaluate",
+    "evaluate": "evaluation",
     "export": "policy.export",
     "render": "sim.render",
     "bench": "sim.bench",

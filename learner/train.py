@@ -293,8 +293,8 @@ class Trainer:
         return {k: torch.from_numpy(v) for k, v in d.items() if isinstance(v, np.ndarray)}
 
     def evaluate(self, state: ckpt_io.TrainState, label: str) -> dict:
-        from rollout.evaluation import evaluate
-        from scenarios.metrics import rad_metrics
+        from evaluation.metrics import rad_metrics
+        from evaluation.rollouts import evaluate
 
         policy = self.make_policy()
         policy.load_state_dict(self.learners.call("weights"))

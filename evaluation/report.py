@@ -1,7 +1,7 @@
-"""What ``python -m scenarios.evaluate`` writes: per-clip rows, RAD-style tables, the metrics plot, videos.
+"""What ``python -m evaluation`` writes: per-clip rows, RAD-style tables, the metrics plot, videos.
 
-Pure functions of the evaluation's per-clip records (``rollout.evaluation``) and of
-``scenarios.metrics.rad_metrics`` results, plus the writers that put them on disk:
+Pure functions of the evaluation's per-clip records (``evaluation.rollouts``) and of
+``evaluation.metrics.rad_metrics`` results, plus the writers that put them on disk:
 
 - :func:`clip_row` / :func:`write_csv`: one CSV row per (policy, scenario);
 - :func:`rad_table`: RAD Table 1's layout (policy | CR | DCR | SCR | DR | PDR | HDR | ADD | Long J | Lat J)
@@ -11,7 +11,7 @@ Pure functions of the evaluation's per-clip records (``rollout.evaluation``) and
 - :func:`banner` / :func:`write_video`: an MP4 of a clip's frames (cameras + bird's-eye view) with the
   event named on the frame where it happened, that frame held for about a second at the end.
 
-Nothing here steps an env; ``scenarios.evaluate`` produces the frames.
+Nothing here steps an env; ``evaluation.evaluate`` produces the frames.
 """
 
 from __future__ import annotations
@@ -22,8 +22,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
+from PIL import Image, ImageDraw
 
-from scenarios.metrics import rad_metrics
+from evaluation.metrics import rad_metrics
+from sim.viz import Mp4Writer
 
 # RAD Table 1's columns: (header, rad_metrics key)
 RAD_COLUMNS = (
@@ -181,7 +183,7 @@ def worst_first(records: Sequence[Mapping]) -> list[str]:
 def plot_metrics(path: str | Path, metrics: Mapping[str, Mapping], title: str = "") -> Path:
     """Grouped bars, one bar per policy: the rates (CR, DCR, SCR, DR, PDR, HDR, success) on one axis,
     ADD and the two jerks each on their own (their units differ). A PNG via matplotlib's Agg backend."""
-    import matplotlib
+    import matplotlib  # here, not at the top: optional (the viz extra), and only a plot needs it
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -226,8 +228,6 @@ BANNER_OK = (30, 130, 60)
 
 def banner(frame: np.ndarray, text: str, color=BANNER_BG, where: str = "bottom") -> np.ndarray:
     """A copy of frame [H, W, 3] uint8 with ``text`` in a coloured band across it (bottom or top)."""
-    from PIL import Image, ImageDraw
-
     img = Image.fromarray(np.ascontiguousarray(frame, dtype=np.uint8))
     draw = ImageDraw.Draw(img)
     H, W = frame.shape[:2]
@@ -240,8 +240,6 @@ def banner(frame: np.ndarray, text: str, color=BANNER_BG, where: str = "bottom")
 
 def caption(frame: np.ndarray, text: str) -> np.ndarray:
     """A copy of frame with a small dark caption (policy, scenario, step) in its top-left corner."""
-    from PIL import Image, ImageDraw
-
     img = Image.fromarray(np.ascontiguousarray(frame, dtype=np.uint8))
     draw = ImageDraw.Draw(img)
     w = 6 * len(text) + 8
@@ -273,8 +271,6 @@ def write_video(
     ``label | scenario | step k``; the last frame (the one where the event happened, or the clip's
     end) carries the event banner and is held for ``round(freeze_s * fps)`` extra frames.
     Returns (path, frames written) = (path, len(frames) + round(freeze_s * fps))."""
-    from sim.viz import Mp4Writer
-
     sid = str(record.get("scenario", ""))
     text, color = event_text(record)
     hold = max(round(freeze_s * fps), 0)

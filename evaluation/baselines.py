@@ -1,4 +1,4 @@
-"""Built-in baseline drivers for ``python -m scenarios.evaluate``: pure functions of a batch of
+"""Built-in baseline drivers for ``python -m evaluation``: pure functions of a batch of
 observations (and, for the expert, the env's infos) to actions [B, 2] (lateral index, longitudinal index).
 
 | name                | sees                                        | drives                                          |

@@ -1,4 +1,4 @@
-"""``python -m scenarios.evaluate``: baselines that behave as their kinds say, outputs that hold the
+"""``python -m evaluation``: baselines that behave as their kinds say, outputs that hold the
 records' numbers, policies refused before any env exists, videos, and Ray equal to in-process.
 
 The suite: one generated scenario per kind with small backgrounds, cached in
@@ -16,11 +16,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from scenarios import baselines
+from evaluation import baselines
+from evaluation.evaluate import EvaluateConfig, PolicyError, main, parse_args, run
+from evaluation.metrics import EVENTS, by_kind, rad_metrics
+from evaluation.report import RAD_COLUMNS, worst_first
 from scenarios.actions import ActionSpec
-from scenarios.evaluate import EvaluateConfig, PolicyError, main, parse_args, run
-from scenarios.metrics import EVENTS, by_kind, rad_metrics
-from scenarios.report import RAD_COLUMNS, worst_first
 from tests.generated import generated_suite
 
 KINDS = ("lane_keep_straight", "lane_keep_curve", "lead_vehicle", "cut_in", "parked_obstacle", "crossing", "merge")
@@ -60,10 +60,10 @@ def make_checkpoint(store: Path, run_name: str = "tiny", cameras: bool = False, 
 
     from envs.config import EnvConfig
     from envs.observation import observation_space
-    from learner.store import CheckpointStore, json_bytes, tensors_to_bytes
     from policy.sources import spaces_json
     from rollout.worker import build_policy
     from sim.camera import make_rig
+    from store import CheckpointStore, json_bytes, tensors_to_bytes
 
     torch.manual_seed(0)
     env = {"cameras": cameras}
@@ -193,6 +193,25 @@ def test_cli_parses_policies_flags_and_overrides(tmp_path):
     with pytest.raises(SystemExit) as e:
         parse_args(["--help"])
     assert e.value.code == 0
+
+
+@pytest.mark.parametrize("module", ["evaluation", "evaluation.evaluate", "scenarios.evaluate"])
+def test_every_entry_point_runs_the_evaluation(module, tmp_path):
+    """``python -m evaluation``, ``-m evaluation.evaluate`` and the alias ``-m scenarios.evaluate`` are one CLI;
+    a suite that is not there is refused with exit 2 and the folder named, before anything is written."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    run_ = dict(cwd=root, capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, "-m", module, "--help"], **run_)
+    assert out.returncode == 0 and "usage: python -m evaluation" in out.stdout, out.stderr[-2000:]
+    missing = tmp_path / "no-such-suite"
+    args = ["--policy", "expert", "--suite", str(missing), "--out", str(tmp_path / "o"), "num_actors=0"]
+    out = subprocess.run([sys.executable, "-m", module, *args], **run_)
+    assert out.returncode == 2 and str(missing) in out.stderr, out.stderr[-2000:]
+    assert "RuntimeWarning" not in out.stderr  # the module is not imported twice (by the package, then run)
+    assert not (tmp_path / "o" / "metrics.json").exists()
 
 
 # -- baselines, closed loop --------------------------------------------------------------------------------

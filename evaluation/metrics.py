@@ -1,4 +1,4 @@
-"""RAD's closed-loop metrics over evaluated clips (pure functions of per-clip records).
+"""RAD's closed-loop metrics over evaluated clips (pure functions of the per-clip records of ``evaluation.rollouts``).
 
 One record per clip (scenario), from a closed-loop rollout:
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from scenarios.metrics import by_kind, clip_jerks, rad_metrics
+from evaluation.metrics import by_kind, clip_jerks, rad_metrics
 
 
 def clip(event="", steps=4, dist=None, speed=None, yaw=None, kind="k", horizon=4):

@@ -1,0 +1,492 @@
+"""``python -m evaluation``: closed-loop evaluation of driving policies with RAD's metrics.
+
+    python -m evaluation --policy runs/my-run@latest --suite val --out eval/my-run
+    python -m evaluation --policy exported/my-policy --suite path/to/suite --out eval/x videos=5
+    python -m evaluation --compare expert lane-follow constant-velocity --suite val --out eval/baselines
+
+A policy (SOURCE) is a store URI with a run and a version (``<store>/<run>@<version>`` or
+``@latest``), a training checkpoint folder, an exported policy folder (``python -m policy.export``),
+or a built-in baseline: ``expert`` (log replay), ``constant-velocity``, ``lane-follow``
+(``evaluation.baselines``). Each policy drives every scenario of the suite once, deterministically,
+closed loop: Ray actors each run ``evaluation.rollouts.evaluate`` on waves of scenarios
+(``num_actors=0``: in this process). ``python -m evaluation.evaluate`` and ``python -m scenarios.evaluate``
+(kept as an alias) run the same. ``--compare A B ...`` evaluates several policies on the same
+scenarios with the same env settings and seed.
+
+Written to ``--out``: ``metrics.json`` (RAD's CR, DCR, SCR, DR, PDR, HDR, ADD, longitudinal and
+lateral jerk, success rate, route progress and counts, per policy, overall and per kind),
+``scenarios.csv`` (one row per policy and scenario), ``report.md`` (RAD Table 1's layout),
+``metrics.png`` (grouped bars), ``videos/<policy>/<scenario>.mp4`` (cameras and bird's-eye view of
+the worst clips, the event named on its frame and held ~1 s), ``config.yaml`` (the resolved settings).
+
+Before any rollout: the suite is loaded, every policy is resolved, and a checkpoint that is missing
+or corrupt, or a policy whose observation spec (parts, cameras, rig, resolution) does not match the
+suite's env, is refused with an error naming what differs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import re
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from envs.config import EnvConfig
+from envs.driving import DrivingEnv
+from envs.observation import observation_space
+from envs.suite import ScenarioPool, resolve_scenarios
+from evaluation.baselines import BASELINES, PARTS
+from evaluation.metrics import by_kind, rad_metrics
+from evaluation.report import (
+    clip_row,
+    kind_table,
+    outcome_table,
+    plot_metrics,
+    rad_table,
+    worst_first,
+    write_csv,
+    write_video,
+)
+from evaluation.rollouts import PolicyEntry, PoolSettings, make_act, rollouts
+from policy.sources import resolve_policy_source
+from sim.camera import make_rig
+from sim.configs import ConfigError, build_parser, field, resolve, to_dict
+
+log = logging.getLogger("evaluation")
+
+OBS_PARTS = ("cameras", "ego", "route", "agents", "map")
+
+
+class PolicyError(ValueError):
+    """A policy that cannot be evaluated on this suite (missing, corrupt, or built for another env)."""
+
+
+@dataclass(frozen=True)
+class EvaluateConfig:
+    policy: str = field(
+        "",
+        help="the policy: a store URI <store>/<run>@<version|latest>, a checkpoint folder, an exported policy "
+        "folder, or a baseline (expert, constant-velocity, lane-follow)",
+    )
+    compare: tuple[str, ...] = field((), help="several policies side by side (--compare A B ...); --policy joins them")
+    suite: str = field("val", help="scenarios: a built-in suite (train, val, test), a suite folder or a scenario file")
+    out: str = field("eval", help="output folder (metrics.json, scenarios.csv, report.md, metrics.png, videos/)")
+    env: dict = field({}, help="environment overrides (envs.EnvConfig keys), e.g. env.render_backend=cpu")
+    seed: int = field(0, help="the env's seed (the same for every policy)")
+    num_actors: int = field(2, help="Ray actors sharing the scenarios; 0 evaluates in this process")
+    num_envs: int = field(4, help="environments each actor (or this process) steps together")
+    cpus_per_actor: float = field(1.0, help="Ray CPUs per actor")
+    gpus_per_actor: float = field(0.0, help="fraction of a GPU per actor (gsplat renders there)")
+    threads: int = field(1, help="torch and renderer threads per actor (and in this process)")
+    ray_address: str = field("", help="Ray cluster to join ('': RAY_ADDRESS, else a local instance)")
+    videos: int = field(2, help="clips filmed per policy (0: none)")
+    video_scenarios: tuple[str, ...] = field((), help="film these scenario ids instead of the worst ones")
+    freeze_s: float = field(1.0, help="seconds the last (event) frame of a video is held")
+    plot: bool = field(True, help="write metrics.png")
+    progress: bool = field(True, help="show a progress bar over clips")
+
+    def __post_init__(self):
+        if self.num_actors < 0 or self.num_envs < 1 or self.threads < 1 or self.videos < 0:
+            raise ValueError("num_actors >= 0, num_envs >= 1, threads >= 1 and videos >= 0 are required")
+        if not (self.freeze_s >= 0 and math.isfinite(self.freeze_s)):
+            raise ValueError(f"freeze_s: expected seconds >= 0, got {self.freeze_s}")
+
+    @property
+    def policies(self) -> tuple[str, ...]:
+        return ((self.policy,) if self.policy else ()) + tuple(self.compare)
+
+
+# -- policies --------------------------------------------------------------------------------------
+
+
+def suite_observation(scenarios: Sequence, env_config: Mapping[str, Any]):
+    """(observation space, (rig, width, height), EnvConfig) of the suite's env, without building an env."""
+    cfg = EnvConfig.from_dict(dict(env_config))
+    rig, w, h = ScenarioPool(list(scenarios), cfg).rig_spec()
+    return observation_space(cfg, len(make_rig(rig, w, h)), w, h), (rig, w, h), cfg
+
+
+def observation_mismatch(expected, actual, rig: tuple[str, int, int] | None = None) -> list[str]:
+    """What differs between a policy's observation space (``expected``) and the env's (``actual``), both
+    gymnasium Dicts, in words: missing or extra parts, other shapes (cameras spelled out as count and
+    size), other dtypes. Empty when they match."""
+    exp, act = dict(expected.spaces), dict(actual.spaces)
+    out = []
+    for k in sorted(set(exp) - set(act)):
+        out.append(f"the policy needs observation part {k!r}, which the env has switched off (env.{_part(k)}=true)")
+    for k in sorted(set(act) - set(exp)):
+        out.append(f"the env gives observation part {k!r}, which the policy was not built with (env.{_part(k)}=false)")
+    for k in sorted(set(exp) & set(act)):
+        e, a = exp[k], act[k]
+        es, as_ = tuple(getattr(e, "shape", ()) or ()), tuple(getattr(a, "shape", ()) or ())
+        if es != as_:
+            if k == "cameras" and len(es) == 4 and len(as_) == 4:
+                where = f" (rig {rig[0]})" if rig else ""
+                out.append(
+                    f"cameras: the policy expects {es[0]} camera(s) of {es[2]}x{es[1]}, the env gives "
+                    f"{as_[0]} of {as_[2]}x{as_[1]}{where}; set env.rig / env.resolution to the policy's"
+                )
+            else:
+                out.append(f"{k}: the policy expects shape {list(es)}, the env gives {list(as_)}")
+        elif getattr(e, "dtype", None) != getattr(a, "dtype", None):
+            out.append(f"{k}: the policy expects dtype {e.dtype}, the env gives {a.dtype}")
+    return out
+
+
+def _part(key: str) -> str:
+    return key.removesuffix("_mask")
+
+
+def _slug(label: str) -> str:
+    s = re.sub(r"[^A-Za-z0-9._@-]+", "_", label).strip("_.")
+    return s or "policy"
+
+
+# EnvConfig keys that shape what a policy observes and how its actions decode: a trained policy's own
+# settings of these (its training env config) are kept, under the evaluation's env overrides. Everything
+# else -- termination thresholds, horizon, collision settings -- is the evaluation's, the same for all.
+SOURCE_ENV_KEYS = (
+    "cameras", "ego", "route", "agents", "map", "rig", "resolution", "max_agents", "agent_radius",
+    "obstacles_as_agents", "map_points", "map_spacing", "map_radius", "route_points", "route_spacing",
+    "n_lat", "lat_max", "n_long", "long_max",
+)  # fmt: skip
+
+
+def resolve_policies(specs: Sequence[str], scenarios: Sequence, env: Mapping[str, Any]) -> list[PolicyEntry]:
+    """Every policy resolved and checked against the suite's env; raises PolicyError before any rollout.
+
+    env: the evaluation's EnvConfig overrides. A baseline gets them with the observation parts it does
+    not read switched off (cameras are most of a step's cost); a trained policy gets its own
+    observation settings (``SOURCE_ENV_KEYS`` of its training env config) under them, and must then
+    observe exactly what the suite's env gives: parts, camera count, rig resolution, dtypes, action bins.
+    """
+    if not specs:
+        raise PolicyError("no policy: give --policy SOURCE or --compare A B ...")
+    entries, seen = [], {}
+    for spec in specs:
+        spec = str(spec)
+        if spec in BASELINES:
+            parts = {p: (p in PARTS[spec]) for p in OBS_PARTS}
+            entry = PolicyEntry(spec, spec, "baseline", {**env, **parts})
+        else:
+            source = _resolve_source(spec)
+            own = {k: v for k, v in dict(source.env_config or {}).items() if k in SOURCE_ENV_KEYS}
+            merged = {**own, **env}
+            try:
+                env_space, rig, env_cfg = suite_observation(scenarios, merged)
+            except ValueError as e:
+                raise PolicyError(f"policy {spec!r}: the suite's env cannot be set up for it: {e}") from None
+            problems = observation_mismatch(source.obs_space, env_space, rig)
+            if env_cfg.action_spec != source.action_spec:
+                problems.append(f"action bins: the policy has {source.action_spec}, the env {env_cfg.action_spec}")
+            if problems:
+                raise PolicyError(
+                    f"policy {spec!r} does not fit the suite's env: " + "; ".join(problems) + ". Nothing was run."
+                )
+            entry = PolicyEntry(_source_label(source, spec), spec, "source", merged, source)
+        if _slug(entry.label) in seen:
+            raise PolicyError(f"policies {seen[_slug(entry.label)]!r} and {spec!r} have the same name {entry.label!r}")
+        seen[_slug(entry.label)] = spec
+        entries.append(entry)
+    return entries
+
+
+def _resolve_source(spec: str):
+    """``policy.sources.resolve_policy_source(spec)``, its errors turned into PolicyError."""
+    try:
+        return resolve_policy_source(spec)
+    except Exception as e:  # missing, corrupt, unreadable: the source says which file and why
+        raise PolicyError(f"policy {spec!r} cannot be loaded: {e}. Nothing was run.") from e
+
+
+def _source_label(source, spec: str) -> str:
+    """A short name: ``<run>@<version>`` for a checkpoint, the folder's name for an exported package."""
+    prov = dict(getattr(source, "provenance", {}) or {})
+    if source.kind == "checkpoint" and prov.get("run") and prov.get("version") is not None:
+        return f"{prov['run']}@{prov['version']}"
+    if source.path is not None:
+        return Path(source.path).name or spec
+    return spec
+
+
+def provenance(entry: PolicyEntry) -> dict:
+    """Where a policy came from, for metrics.json (a trained policy's run, version, manifest sha256...)."""
+    if entry.kind == "baseline":
+        return dict(kind="baseline", name=entry.spec)
+    keep = ("kind", "spec", "store_uri", "run", "version", "manifest_sha256", "path", "policy_json_sha256", "source")
+    prov = dict(getattr(entry.source, "provenance", {}) or {})
+    return {k: prov[k] for k in keep if k in prov}
+
+
+def pool_settings(cfg: EvaluateConfig) -> PoolSettings:
+    """Where ``cfg``'s rollouts run (``evaluation.rollouts.rollouts``)."""
+    return PoolSettings(
+        num_actors=cfg.num_actors,
+        num_envs=cfg.num_envs,
+        threads=cfg.threads,
+        cpus_per_actor=cfg.cpus_per_actor,
+        gpus_per_actor=cfg.gpus_per_actor,
+        ray_address=cfg.ray_address,
+        progress=cfg.progress,
+    )
+
+
+# -- videos ----------------------------------------------------------------------------------------
+
+
+def film(entry: PolicyEntry, scenario, act: Callable | None = None) -> tuple[list[np.ndarray], dict]:
+    """Drive one clip in a single env with ``render_mode="rgb_array"``: (frames, record).
+
+    frames[k] is the cameras + bird's-eye view after step k (frames[0] at the start); a single env (no
+    autoreset) renders the very state in which the event happened. The record has the evaluation's
+    fields (event, steps, collision_location, error), to check that the filmed drive is the evaluated one.
+    """
+    env = DrivingEnv(entry.env, render_mode="rgb_array", scenarios=[scenario])
+    act = act or make_act(entry, env.action_spec)
+    obs, info = env.reset(options={"scenario": str(scenario.id)})
+    frames = [env.render()]
+    rec = dict(scenario=str(scenario.id), kind=str(scenario.tags.get("kind", "")), horizon=env._data.horizon)
+    rec.update(event="", steps=0, collision_location="", error="")
+    try:
+        while True:
+            batch = {k: v[None] for k, v in obs.items()}
+            action = np.asarray(act(batch, [info]))[0]
+            obs, _, term, trunc, info = env.step(action)
+            rec["steps"] += 1
+            frames.append(env.render())
+            if term or trunc:
+                rec["event"] = str(info.get("event", "") or "")
+                rec["collision_location"] = str(info.get("collision_location", "") or "")
+                rec["error"] = str(info.get("error", "") or "")
+                break
+    finally:
+        env.close()
+    return frames, rec
+
+
+def write_videos(entries, records, scenarios, cfg: EvaluateConfig, out: Path) -> dict[str, list[dict]]:
+    """Film each policy's chosen clips: ``video_scenarios`` if given, else its ``videos`` worst."""
+    if cfg.videos == 0 and not cfg.video_scenarios:
+        return {}
+    by_id = {str(s.id): s for s in scenarios}
+    unknown = [s for s in cfg.video_scenarios if s not in by_id]
+    if unknown:
+        raise ConfigError(f"video_scenarios: unknown scenario id(s) {unknown}; the suite has {sorted(by_id)[:5]}...")
+    made: dict[str, list[dict]] = {}
+    for e in entries:
+        chosen = list(cfg.video_scenarios) or worst_first(records[e.label])[: cfg.videos]
+        evaluated = {str(r["scenario"]): r for r in records[e.label]}
+        act = make_act(e, EnvConfig.from_dict(e.env).action_spec, cfg.threads)
+        for sid in chosen:
+            frames, rec = film(e, by_id[sid], act)
+            ev = evaluated[sid]
+            if (rec["event"], rec["steps"]) != (ev.get("event", ""), ev.get("steps")):
+                log.warning(
+                    "%s on %s: the filmed drive ended with %r at step %d, the evaluated one with %r at step %d",
+                    e.label, sid, rec["event"], rec["steps"], ev.get("event", ""), ev.get("steps"),
+                )  # fmt: skip
+            path = out / "videos" / _slug(e.label) / f"{_slug(sid)}.mp4"
+            path, n = write_video(path, frames, rec, label=e.label, freeze_s=cfg.freeze_s)
+            made.setdefault(e.label, []).append(
+                dict(scenario=sid, path=str(path.relative_to(out)), frames=n, event=rec["event"], step=rec["steps"])
+            )
+    return made
+
+
+# -- outputs ---------------------------------------------------------------------------------------
+
+
+def _clean(obj):
+    """JSON-safe: NaN/Inf as null, numpy scalars as python numbers."""
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_clean(v) for v in obj]
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def summarise(entries, records, scenarios, cfg: EvaluateConfig, suite_path: str, seconds: float) -> dict:
+    """metrics.json's content (see the module docstring)."""
+    policies = {}
+    for e in entries:
+        recs = records[e.label]
+        policies[e.label] = dict(
+            spec=e.spec,
+            kind=e.kind,
+            provenance=provenance(e),
+            env=dict(e.env),
+            overall=rad_metrics(recs),
+            by_kind=by_kind(recs),
+            errors=[f"{r['scenario']}: {r['error']}" for r in recs if r.get("error")],
+        )
+    return dict(
+        suite=cfg.suite,
+        suite_path=suite_path,
+        scenarios=[str(s.id) for s in scenarios],
+        kinds={str(s.id): str(s.tags.get("kind", "")) for s in scenarios},
+        seed=cfg.seed,
+        env=dict(cfg.env),
+        rollout_seconds=seconds,
+        num_actors=cfg.num_actors,
+        order=[e.label for e in entries],
+        policies=policies,
+    )
+
+
+def write_outputs(summary: dict, records, videos, cfg: EvaluateConfig, out: Path) -> dict[str, Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    files = {}
+    summary = dict(summary, videos=videos)
+    files["metrics"] = _write_text(out / "metrics.json", json.dumps(_clean(summary), indent=2) + "\n")
+    rows = [clip_row(label, r) for label in summary["order"] for r in records[label]]
+    files["csv"] = write_csv(out / "scenarios.csv", rows)
+    overall = {label: summary["policies"][label]["overall"] for label in summary["order"]}
+    if cfg.plot:
+        files["plot"] = plot_metrics(out / "metrics.png", overall, f"{cfg.suite}: {len(summary['scenarios'])} clips")
+    lines = [
+        f"# Closed-loop evaluation on `{cfg.suite}`",
+        "",
+        f"{len(summary['scenarios'])} scenarios ({summary['suite_path']}), deterministic policies, env seed "
+        f"{cfg.seed}. RAD's metrics (REFERENCE.md): rates over all clips, first failure only; ADD in m, "
+        "jerks in m/s^3 and rad/s^3 over the steps before any failure. Lower is better.",
+        "",
+        rad_table(overall),
+        "",
+    ]
+    if cfg.plot:
+        lines += ["![metrics](metrics.png)", ""]
+    lines += ["## Per kind", "", kind_table({k: summary["policies"][k]["by_kind"] for k in summary["order"]}), ""]
+    lines += ["## Per scenario", "", outcome_table({k: records[k] for k in summary["order"]}), ""]
+    if videos:
+        lines += ["## Videos", ""]
+        for label, vids in videos.items():
+            for v in vids:
+                what = f"{v['event']} at step {v['step']}" if v["event"] else f"no event ({v['step']} steps)"
+                lines.append(f"- {label}, {v['scenario']}: [{v['path']}]({v['path']}) ({what})")
+        lines.append("")
+    errors = [(k, e) for k in summary["order"] for e in summary["policies"][k]["errors"]]
+    if errors:
+        lines += ["## Errors", ""] + [f"- {k}: {e}" for k, e in errors] + [""]
+    lines += ["## Policies", ""] + [
+        f"- {k}: `{summary['policies'][k]['spec']}` ({summary['policies'][k]['kind']})" for k in summary["order"]
+    ]
+    files["report"] = _write_text(out / "report.md", "\n".join(lines) + "\n")
+    files["config"] = _write_text(out / "config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    return files
+
+
+def _write_text(path: Path, text: str) -> Path:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    return path
+
+
+# -- the whole run ---------------------------------------------------------------------------------
+
+
+@dataclass
+class EvaluationResult:
+    out: Path
+    summary: dict  # metrics.json's content
+    records: dict[str, list[dict]]  # per policy label, per scenario
+    videos: dict[str, list[dict]]
+    files: dict[str, Path]
+
+
+def load_scenarios(suite: str, env: Mapping[str, Any]) -> tuple[list, str]:
+    """The suite's scenarios and where they live. Built-in names are generated on first use."""
+    skip = bool(env.get("skip_broken", False))
+    scen = resolve_scenarios(suite, skip)
+    if not scen:
+        raise ConfigError(f"suite {suite!r} has no scenarios")
+    first = getattr(scen[0], "path", None)
+    return scen, str(Path(first).parent) if first else str(suite)
+
+
+def run(cfg: EvaluateConfig) -> EvaluationResult:
+    """Check everything, roll out every policy on every scenario, write the outputs."""
+    EnvConfig.from_dict(cfg.env)  # unknown keys are errors before anything loads
+    env = {"seed": cfg.seed, **cfg.env}
+    scenarios, suite_path = load_scenarios(cfg.suite, env)
+    entries = resolve_policies(cfg.policies, scenarios, env)
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    log.info("evaluating %s on %d scenarios of %s", ", ".join(e.label for e in entries), len(scenarios), suite_path)
+    t0 = time.perf_counter()
+    records = rollouts(entries, scenarios, pool_settings(cfg))
+    summary = summarise(entries, records, scenarios, cfg, suite_path, time.perf_counter() - t0)
+    videos = write_videos(entries, records, scenarios, cfg, out)
+    files = write_outputs(summary, records, videos, cfg, out)
+    return EvaluationResult(out, dict(summary, videos=videos), records, videos, files)
+
+
+# -- CLI -------------------------------------------------------------------------------------------
+
+_OVERRIDE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*=")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> EvaluateConfig:
+    """``[--config FILE] [--policy S] [--compare A B ...] [--suite NAME|DIR] [--out DIR] key=value...``."""
+    desc = __doc__.split("\n\n")[0] + "\n\n" + __doc__.split("\n\n", 2)[1]
+    p = build_parser(EvaluateConfig, "python -m evaluation", desc)
+    p.add_argument("--policy", help="the policy to evaluate (see SOURCE above)")
+    p.add_argument("--compare", nargs="+", metavar="SOURCE", help="several policies side by side")
+    p.add_argument("--suite", help="built-in suite name (train, val, test) or a suite folder")
+    p.add_argument("--out", help="output folder")
+    args = p.parse_args(sys.argv[1:] if argv is None else list(argv))
+    overrides = list(args.overrides)
+    compare = []
+    for item in args.compare or ():
+        (overrides if _OVERRIDE.match(item) else compare).append(item)
+    extra: dict[str, Any] = {}
+    for key in ("policy", "suite", "out"):
+        if getattr(args, key) is not None:
+            extra[key] = getattr(args, key)
+    if args.compare:
+        extra["compare"] = compare
+    try:
+        cfg = resolve(EvaluateConfig, args.config, overrides, extra)
+    except ConfigError as e:
+        p.error(str(e))
+    if not cfg.policies:
+        p.error("no policy: give --policy SOURCE or --compare A B ...")
+    return cfg
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    cfg = parse_args(argv)
+    try:
+        result = run(cfg)
+    except (PolicyError, ConfigError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except ValueError as e:  # a broken suite or env setting: the message names the file and field
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    overall = {k: result.summary["policies"][k]["overall"] for k in result.summary["order"]}
+    print(rad_table(overall))
+    print(f"\nwrote {', '.join(str(p) for p in result.files.values())}")
+    for vids in result.videos.values():
+        for v in vids:
+            print(f"video: {result.out / v['path']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
