@@ -11,6 +11,15 @@ from dataclasses import dataclass
 from sim.configs import field
 
 
+def check_resources(key: str, resources: dict) -> None:
+    """Ray custom resources: names to amounts >= 0 (what ``ray start --resources`` gives nodes)."""
+    for name, amount in resources.items():
+        if not isinstance(name, str) or not name or isinstance(amount, bool) or not isinstance(amount, int | float):
+            raise ValueError(f"{key}: expected {{resource name: amount}}, got {name!r}: {amount!r}")
+        if not amount >= 0:
+            raise ValueError(f"{key}.{name}: expected an amount >= 0, got {amount!r}")
+
+
 @dataclass(frozen=True)
 class RolloutConfig:
     num_actors: int = field(2, help="rollout actors (Ray); 0 runs one worker in the driver process (serial mode)")
@@ -19,12 +28,16 @@ class RolloutConfig:
     cpus_per_actor: float = field(1.0, help="Ray CPUs each rollout actor asks for")
     gpus_per_actor: float = field(0.0, help="fraction of a GPU per rollout actor (gsplat renders there)")
     threads_per_actor: int = field(1, help="torch and renderer threads inside an actor")
+    resources: dict = field(
+        {}, help="Ray custom resources each rollout actor asks for, e.g. rollout.resources.rollout_node=1"
+    )
     max_restarts: int = field(100, help="replacements of crashed actors per slot before giving up")
     timeout_s: float = field(900.0, help="longest wait for one round of fragments")
 
     def __post_init__(self):
         if self.num_actors < 0 or self.envs_per_actor < 1 or self.fragment_length < 1:
             raise ValueError("rollout: num_actors >= 0, envs_per_actor >= 1 and fragment_length >= 1 are required")
+        check_resources("rollout.resources", self.resources)
 
 
 @dataclass(frozen=True)
@@ -87,6 +100,9 @@ class TrainConfig:
     keep_last: int = field(3, help="checkpoints kept (plus the best by evaluation)")
     num_learners: int = field(1, help="data-parallel learners (Ray actors all-reducing gradients when > 1)")
     gpus_per_learner: float = field(0.0, help="GPUs per learner (NCCL when > 0)")
+    learner_resources: dict = field(
+        {}, help="Ray custom resources per learner, e.g. learner_resources.learner_node=1 (one learner: an actor too)"
+    )
     ray_address: str = field("", help="Ray cluster to join ('' : RAY_ADDRESS or a local instance)")
     ray_num_cpus: int = field(0, help="CPUs of the local Ray instance (0: all)")
     env: dict = field({}, help="environment overrides (envs.EnvConfig keys), e.g. env.cameras=false")
@@ -104,6 +120,7 @@ class TrainConfig:
             raise ValueError(f"stage must be 'il', 'rl' or 'il+rl', got {self.stage!r}")
         if self.iterations < 0 or self.checkpoint_every < 1 or self.keep_last < 1:
             raise ValueError("iterations >= 0, checkpoint_every >= 1 and keep_last >= 1 are required")
+        check_resources("learner_resources", self.learner_resources)
         if not 0 <= self.seed < 2**31:  # numpy's global seed takes [0, 2**32); actors add offsets to it
             raise ValueError(f"seed must be an int in [0, 2**31), got {self.seed}")
         if self.run:

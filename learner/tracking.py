@@ -1,8 +1,10 @@
 """Experiment tracking: the run folder, TensorBoard, MLflow when configured, and a live progress line.
 
-The run folder (``<out>/<run>/``) holds ``config.yaml`` (the resolved config), ``run.json`` (git
-commit, seeds, versions, host), ``metrics.jsonl`` (every logged row), ``events.*`` (TensorBoard) and
-the evaluation reports. Metric names follow CleanRL (``charts/episodic_return``, ``losses/...``).
+The run folder (``<out>/<run>/``) holds ``config.yaml`` (the resolved config), ``run.json`` (the
+provenance: git commit, seeds, versions, host, and what the driver adds with ``provenance()``: the
+render backend each process actually uses, where the learners run), ``metrics.jsonl`` (every
+logged row), ``events.*`` (TensorBoard) and the evaluation reports. Metric names follow CleanRL
+(``charts/episodic_return``, ``losses/...``).
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ class Tracker:
         self.folder.mkdir(parents=True, exist_ok=True)
         (self.folder / "config.yaml").write_text(yaml.safe_dump(dict(config), sort_keys=False))
         repo = Path(__file__).resolve().parent.parent
-        info = dict(
+        self.info = dict(
             git_commit=git_commit(repo),
             seed=seed,
             versions=versions(),
@@ -70,7 +72,7 @@ class Tracker:
             argv=sys.argv,
             started=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         )
-        (self.folder / "run.json").write_text(json.dumps(info, indent=2))
+        (self.folder / "run.json").write_text(json.dumps(self.info, indent=2))
         self._jsonl = open(self.folder / "metrics.jsonl", "a", buffering=1)
         self.tb = None
         if tensorboard:
@@ -106,6 +108,22 @@ class Tracker:
         if self.mlflow is not None:
             try:
                 self.mlflow.log_metrics({k.replace("/", "_"): v for k, v in row.items() if k != "step"}, step=step)
+            except Exception as e:
+                log.warning("MLflow: %s", e)
+
+    def provenance(self, key: str, value: Any) -> None:
+        """Add ``key`` to the run's provenance: ``run.json`` (rewritten whole), TensorBoard text
+        (``provenance/<key>``) and an MLflow artifact."""
+        self.info[key] = value
+        text = json.dumps(value, indent=2, default=str)
+        tmp = self.folder / "run.json.tmp"
+        tmp.write_text(json.dumps(self.info, indent=2, default=str))
+        tmp.replace(self.folder / "run.json")  # never a half-written provenance
+        if self.tb is not None:
+            self.tb.add_text(f"provenance/{key}", "\n".join("    " + line for line in text.splitlines()), 0)
+        if self.mlflow is not None:
+            try:
+                self.mlflow.log_dict(value, f"provenance/{key}.json")
             except Exception as e:
                 log.warning("MLflow: %s", e)
 

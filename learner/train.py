@@ -36,11 +36,12 @@ from learner.config import TrainConfig
 from learner.group import LearnerGroup
 from learner.learner import LearnerSettings, NonFiniteLoss
 from learner.tracking import Tracker
-from rollout.cluster import connect
+from rollout.cluster import actor_render_report, connect
 from rollout.fragment import stack_time
 from rollout.group import ActorResources, RolloutGroup
 from rollout.worker import WorkerSpec, build_policy, to_torch
 from sim.configs import parse_cli, to_dict
+from sim.rendering import backend_report
 
 log = logging.getLogger("learner.train")
 
@@ -154,12 +155,12 @@ class Trainer:
         cfg = self.cfg
         r = cfg.rollout
         needs_rl = cfg.stage in ("rl", "il+rl")
-        if (needs_rl and r.num_actors > 0) or cfg.num_learners > 1:
+        if (needs_rl and r.num_actors > 0) or cfg.num_learners > 1 or cfg.learner_resources:
             self._ray_started = connect(cfg.ray_address, cfg.ray_num_cpus)
         spec = self.worker_spec(r.envs_per_actor)
         if needs_rl:
             self.group = RolloutGroup(
-                spec, r.num_actors, ActorResources(r.cpus_per_actor, r.gpus_per_actor, r.max_restarts)
+                spec, r.num_actors, ActorResources(r.cpus_per_actor, r.gpus_per_actor, r.max_restarts, r.resources)
             )
             obs_space, action_spec = self.group.call("observation_space")[0], self.group.call("action_spec")[0]
             rig = self.group.call("rig")[0]
@@ -181,8 +182,36 @@ class Trainer:
             self._rl_updates_total() if cfg.stage == "rl" else cfg.il.pretrain_iterations * cfg.il.steps_per_iteration
         )
         self.learners = LearnerGroup(
-            make_policy, learner_settings(cfg, total, cfg.il.lr), cfg.num_learners, cfg.gpus_per_learner
+            make_policy,
+            learner_settings(cfg, total, cfg.il.lr),
+            cfg.num_learners,
+            cfg.gpus_per_learner,
+            resources=cfg.learner_resources,
         )
+
+    def record_provenance(self) -> None:
+        """Write what runs where into the run's provenance (run.json, TensorBoard text): the render
+        backend each rendering process actually uses (the rollout actors; the driver, which renders the
+        demonstrations and evaluations) and where the learners run and how they rendezvoused."""
+        requested = str({"render_backend": "auto", **self.cfg.env}["render_backend"])
+        render: dict = dict(requested=requested, cameras=bool(self.cfg.env.get("cameras", True)))
+        if render["cameras"]:
+            render["driver"] = backend_report(requested)
+            if self.group is not None and self.group.local is not None:
+                render["rollout_actors"] = [dict(render["driver"], in_driver=True)]
+            elif self.group is not None:  # asked inside each actor: its own CUDA, its own gsplat
+                render["rollout_actors"] = self.group.call("__ray_call__", actor_render_report, requested)
+        self.tracker.provenance("render", render)
+        self.tracker.provenance("learners", self.learners.describe())
+        reports = [render["driver"], *render.get("rollout_actors", [])] if render["cameras"] else []
+        used = sorted({rep["used"] for rep in reports})
+        line = f"render backend {requested!r} -> {', '.join(used) or 'none (env.cameras=false)'}"
+        fallbacks = [rep for rep in reports if rep.get("fallback")]
+        if fallbacks:
+            line += f" (FALLBACK from the GPU in {len(fallbacks)} process(es): {fallbacks[0]['reason']})"
+        elif any("reason" in rep for rep in reports):
+            line += f" ({next(rep['reason'] for rep in reports if 'reason' in rep)})"
+        self.tracker.progress(line)
 
     def _rl_updates_total(self) -> int:
         cfg = self.cfg
@@ -453,6 +482,7 @@ class Trainer:
             self.tracker = Tracker(self.folder, self.config_dict, cfg.seed, cfg.tensorboard, cfg.mlflow)
             self.tracker.progress(f"run {self.name}: logs in {self.folder}, checkpoints in {self.rs.uri}")
             self.build()
+            self.record_provenance()
             state = self.restore()
             demos = None
             if state.stage != "done" and (state.stage == "il" or cfg.il.mode == "weighted" or cfg.il.il_rounds):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -27,6 +27,7 @@ class ActorResources:
     num_cpus: float = 1.0
     num_gpus: float = 0.0  # a fraction of a GPU per actor: gsplat renders there
     max_restarts: int = 100  # replacements per actor slot before the group gives up
+    resources: Mapping[str, float] = field(default_factory=dict)  # Ray custom resources, e.g. {"rollout_node": 1}
 
 
 class RolloutGroup:
@@ -60,6 +61,8 @@ class RolloutGroup:
         opts = dict(num_cpus=r.num_cpus, max_restarts=0, max_task_retries=0)
         if r.num_gpus:
             opts["num_gpus"] = r.num_gpus
+        if r.resources:
+            opts["resources"] = dict(r.resources)
         return self._cls.options(**opts).remote(spec, slot)
 
     def _replace(self, slot: int, error: Exception):
