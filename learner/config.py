@@ -58,6 +58,7 @@ class PPOConfig:
     aux_rear: float = field(0.1, help="RAD directional loss weight: speed up after a rear collision")
     aux_left: float = field(0.1, help="RAD directional loss weight: steer right after drifting left")
     aux_right: float = field(0.1, help="RAD directional loss weight: steer left after drifting right")
+    aux_progress: float = field(0.1, help="directional loss weight: speed up before a progress deviation (not RAD's)")
     max_consecutive_skips: int = field(20, help="non-finite losses in a row that stop the run")
 
 

@@ -44,7 +44,7 @@ class LearnerSettings:
     max_grad_norm: float = 0.5
     epochs: int = 4
     minibatches: int = 4
-    aux_weights: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
+    aux_weights: tuple[float, ...] = (0.0, 0.0, 0.0, 0.0, 0.0)  # learner.losses.AUX_NAMES order
     il_batch_size: int = 128
     il_focal_gamma: float = 0.0
     il_weight: float = 0.0  # > 0: add il_weight * IL loss to every PPO minibatch (the weighted-sum mode)
@@ -237,7 +237,6 @@ class Learner:
         s = self.s
         self.policy.train()
         adv, ret = self.advantages(batch)
-        self.policy.update_obs_stats({k[4:]: v for k, v in batch.items() if k.startswith("obs.")})
         flat = _flatten({**batch, "adv": adv, "returns": ret})
         flat = {k: v.to(self.device) for k, v in flat.items()}
         N = flat["actions"].shape[0]
@@ -263,6 +262,13 @@ class Learner:
                     for k, v in terms.items():
                         if k != "loss":
                             sums[k] = sums.get(k, 0.0) + float(v)
+        # The batch joins the observation statistics only now, after the PPO epochs. The rollout actors
+        # scored their actions (old log-probs) with the normaliser of the weights they were sent, i.e.
+        # this policy's as the iteration began; merging first would have changed every new log-prob
+        # (ratio != 1 for unchanged weights, clipping on the normaliser's move rather than the policy's).
+        # The merged statistics go to the actors with the next weights, so each iteration is scored and
+        # updated under one normaliser.
+        self.policy.update_obs_stats({k[4:]: v for k, v in batch.items() if k.startswith("obs.")})
         out = {k: v / max(count, 1) for k, v in sums.items()}
         with torch.no_grad():
             y, yhat = ret.reshape(-1, 2), batch["values"].float().reshape(-1, 2)
@@ -278,10 +284,19 @@ class Learner:
         idx = self._shard(idx)
         return {k: v[idx].to(self.device) for k, v in demos.items()}
 
+    def merge_obs_stats(self, batch: Mapping[str, torch.Tensor]) -> None:
+        """Merge a batch's observations (``obs.<part>`` entries) into the policy's running statistics.
+
+        The training driver calls it once with the demonstrations, before the first IL iteration;
+        ``update_il`` leaves the statistics alone, so the same frames are not merged again every IL
+        round (they would outweigh the rollouts more with each round).
+        """
+        self.policy.update_obs_stats({k[4:]: v for k, v in batch.items() if k.startswith("obs.")})
+
     def update_il(self, demos: Mapping[str, torch.Tensor], steps: int) -> dict:
-        """``steps`` imitation minibatches (cross-entropy on the expert's bins) from the demonstrations."""
+        """``steps`` imitation minibatches (cross-entropy on the expert's bins) from the demonstrations.
+        The observation statistics are not touched (see ``merge_obs_stats``)."""
         self.policy.train()
-        self.policy.update_obs_stats({k[4:]: v for k, v in demos.items() if k.startswith("obs.")})
         sums: dict[str, float] = {}
         count = 0
         for _ in range(steps):

@@ -17,7 +17,7 @@ import torch
 
 # Same large negative finite value as the network's masked logits: no -inf, so no NaN in 0 * -inf.
 _NEG = -1e9
-AUX_NAMES = ("dc_front", "dc_rear", "dev_left", "dev_right")
+AUX_NAMES = ("dc_front", "dc_rear", "dev_left", "dev_right", "progress")  # rollout.fragment.AUX_FLAGS order
 
 
 def normalize_advantages(adv: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
@@ -205,16 +205,18 @@ def directional_aux_loss(
     actions: torch.Tensor,
     adv: torch.Tensor,
     aux_flags: torch.Tensor,
-    weights: Sequence[float] | Mapping[str, float] = (0.0, 0.0, 0.0, 0.0),
+    weights: Sequence[float] | Mapping[str, float] = (0.0, 0.0, 0.0, 0.0, 0.0),
 ) -> dict[str, torch.Tensor]:
-    """RAD's four directional auxiliary losses: after an event, push probability mass the corrective way.
+    """RAD's four directional auxiliary losses, and one for progress: before an event, push probability
+    mass the corrective way.
 
     logits_long: [N, n_long]; logits_lat: [N, n_lat], masked and conditioned on the *taken* longitudinal bin
     (``PolicyOutput.logits_lat`` from ``evaluate_actions``). actions: [N, 2] (lat, long) bins taken.
-    adv: [N, 2] advantages (lateral part, longitudinal part). aux_flags: [N, 4] bool, the steps the rollout marks
-    as leading to an event: (dynamic collision at the front, dynamic collision at the rear, deviation to the
-    left, deviation to the right). weights: the four loss weights (default 0: off), a sequence in that order or
-    a mapping with keys AUX_NAMES. Lateral bins grow to the left (ego y), so "to the right" is lower indices.
+    adv: [N, 2] advantages (lateral part, longitudinal part). aux_flags: [N, 5] bool, the steps the rollout marks
+    as leading to an event (every step of the episode before its terminal one, ``rollout.worker``): (dynamic
+    collision at the front, dynamic collision at the rear, deviation to the left, deviation to the right, fell
+    behind the logged expert). weights: the five loss weights (default 0: off), a sequence in that order or a
+    mapping with keys AUX_NAMES. Lateral bins grow to the left (ego y), so "to the right" is lower indices.
 
     With a_lat, a_long the taken bins, p the policy's probabilities and w = max(-A, 0) (detached: only steps
     that did worse than expected push, harder the worse they did):
@@ -222,15 +224,19 @@ def directional_aux_loss(
         dc_rear:   P = sum_{j > a_long} p_long(j)        w from A_long   (speed up)
         dev_left:  P = sum_{i < a_lat}  p_lat(i | a_long) w from A_lat    (steer back to the right)
         dev_right: P = sum_{i > a_lat}  p_lat(i | a_long) w from A_lat    (steer back to the left)
+        progress:  P = sum_{j > a_long} p_long(j)        w from A_long   (speed up: not one of RAD's)
         L_k = (1 / N) * sum_n flag_nk * w_n * (-P_nk)
     loss = sum_k weight_k * L_k. Minimising -P raises the corrective mass (RAD's E[A * pi_dir] for A < 0);
     it is bounded, so a flagged step can never produce a huge or non-finite loss. Steps with no corrective bin
     (e.g. already the lowest longitudinal bin) have P = 0 and no gradient. Infeasible lateral bins have
     probability 0 under the masked logits, so they never count.
     """
-    N = actions.shape[0]
-    if aux_flags.shape != (N, 4):
-        raise ValueError(f"directional_aux_loss: aux_flags must be [N, 4] = [{N}, 4], got {tuple(aux_flags.shape)}")
+    N, K = actions.shape[0], len(AUX_NAMES)
+    if aux_flags.shape != (N, K):
+        raise ValueError(
+            f"directional_aux_loss: aux_flags must be [N, {K}] = [{N}, {K}] ({', '.join(AUX_NAMES)}), "
+            f"got {tuple(aux_flags.shape)}"
+        )
     if adv.shape != (N, 2):
         raise ValueError(f"directional_aux_loss: adv must be [N, 2] = [{N}, 2], got {tuple(adv.shape)}")
     if isinstance(weights, Mapping):
@@ -238,22 +244,24 @@ def directional_aux_loss(
         if unknown:
             raise ValueError(f"directional_aux_loss: unknown weight names {unknown}; expected some of {AUX_NAMES}")
         weights = [float(weights.get(k, 0.0)) for k in AUX_NAMES]
-    if len(weights) != 4:
-        raise ValueError(f"directional_aux_loss: weights must have 4 entries {AUX_NAMES}, got {weights!r}")
+    if len(weights) != K:
+        raise ValueError(f"directional_aux_loss: weights must have {K} entries {AUX_NAMES}, got {weights!r}")
 
     a_lat, a_long = actions[:, 0].long(), actions[:, 1].long()
     long_bins = torch.arange(logits_long.shape[-1], device=logits_long.device)[None, :]  # [1, n_long]
     lat_bins = torch.arange(logits_lat.shape[-1], device=logits_lat.device)[None, :]  # [1, n_lat]
     w = (-adv.detach().float()).clamp_min(0.0)  # [N, 2]
-    flags = aux_flags.to(torch.float32)  # [N, 4]
+    flags = aux_flags.to(torch.float32)  # [N, 5]
 
+    faster = _mass(logits_long, long_bins > a_long[:, None])
     corrective_mass = (
         _mass(logits_long, long_bins < a_long[:, None]),  # front collision -> brake
-        _mass(logits_long, long_bins > a_long[:, None]),  # rear collision -> speed up
+        faster,  # rear collision -> speed up
         _mass(logits_lat, lat_bins < a_lat[:, None]),  # drifted left -> go right
         _mass(logits_lat, lat_bins > a_lat[:, None]),  # drifted right -> go left
+        faster,  # behind the logged expert -> speed up
     )
-    part = (1, 1, 0, 0)  # advantage part per term: longitudinal for collisions, lateral for deviations
+    part = (1, 1, 0, 0, 1)  # advantage part per term: longitudinal for collisions and progress, lateral else
     out: dict[str, torch.Tensor] = {}
     loss = logits_long.new_zeros((), dtype=torch.float32)
     for k, name in enumerate(AUX_NAMES):

@@ -83,7 +83,7 @@ def learner_settings(cfg: TrainConfig, total_updates: int, lr: float) -> Learner
         max_grad_norm=p.max_grad_norm,
         epochs=p.epochs,
         minibatches=p.minibatches,
-        aux_weights=(p.aux_front, p.aux_rear, p.aux_left, p.aux_right),
+        aux_weights=(p.aux_front, p.aux_rear, p.aux_left, p.aux_right, p.aux_progress),
         il_batch_size=il.batch_size,
         il_focal_gamma=il.focal_gamma,
         il_weight=il.weight if il.mode == "weighted" else 0.0,
@@ -354,6 +354,9 @@ class Trainer:
     def stage_il(self, state: ckpt_io.TrainState, demos) -> None:
         cfg = self.cfg
         n_it = cfg.il.pretrain_iterations
+        if state.il_iteration == 0:
+            # once per run: a resumed run's checkpoint holds the statistics with the demonstrations in
+            self.learners.call("merge_obs_stats", demos)
         while state.il_iteration < n_it:
             t0 = time.perf_counter()
             m = self.learners.call("update_il", demos, cfg.il.steps_per_iteration)
@@ -464,7 +467,13 @@ class Trainer:
             out["charts/episodic_length"] = float(np.mean([e["length"] for e in episodes]))
             out["charts/return_lateral"] = float(np.mean([e["ret_lateral"] for e in episodes]))
             out["charts/return_longitudinal"] = float(np.mean([e["ret_longitudinal"] for e in episodes]))
-            for term in ("dynamic_collision", "static_collision", "position_deviation", "heading_deviation"):
+            for term in (
+                "dynamic_collision",
+                "static_collision",
+                "position_deviation",
+                "heading_deviation",
+                "progress_deviation",
+            ):
                 out[f"charts/return_{term}"] = float(np.mean([e["terms"].get(term, 0.0) for e in episodes]))
         if window:
             coll = [e["event"] in ("dynamic_collision", "static_collision") for e in window]
@@ -472,6 +481,7 @@ class Trainer:
             out["charts/deviation_rate"] = float(
                 np.mean([e["event"] in ("position_deviation", "heading_deviation") for e in window])
             )
+            out["charts/progress_deviation_rate"] = float(np.mean([e["event"] == "progress_deviation" for e in window]))
         return out
 
     # -- the whole run -----------------------------------------------------------------------------

@@ -13,8 +13,9 @@ import numpy as np
 import torch
 
 # Directional auxiliary flags (RAD): front collision -> brake, rear collision -> speed up,
-# drifted left -> steer right, drifted right -> steer left.
-AUX_FLAGS = ("collision_front", "collision_rear", "deviation_left", "deviation_right")
+# drifted left -> steer right, drifted right -> steer left; and (not RAD's) fell behind the logged
+# expert (progress_deviation) -> speed up. Set on the steps of an episode that led to its event.
+AUX_FLAGS = ("collision_front", "collision_rear", "deviation_left", "deviation_right", "progress_behind")
 
 
 @dataclass
@@ -29,7 +30,7 @@ class Fragment:
     rewards: np.ndarray  # [T, B, 2] float32 per reward part
     terminated: np.ndarray  # [T, B] bool
     truncated: np.ndarray  # [T, B] bool
-    aux_flags: np.ndarray  # [T, B, 4] bool, see AUX_FLAGS
+    aux_flags: np.ndarray  # [T, B, 5] bool, see AUX_FLAGS and rollout.worker.aux_flags
     policy_version: int
     worker_id: int = 0
     episodes: list[dict] = field(default_factory=list)  # finished episodes: returns, length, event...

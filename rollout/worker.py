@@ -16,7 +16,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from rollout.fragment import Fragment
+from envs.vector import VectorDrivingEnv
+from policy.network import ActorCritic, PolicyConfig
+from rollout.fragment import AUX_FLAGS, Fragment
+from sim.configs import from_dict
+from sim.raster_cpu import set_num_threads as set_renderer_threads
 
 
 @dataclass(frozen=True)
@@ -36,10 +40,8 @@ def set_threads(n: int) -> None:
     n = max(1, int(n))
     torch.set_num_threads(n)
     try:
-        from sim.raster_cpu import set_num_threads
-
-        set_num_threads(n)
-    except Exception:  # numba absent or its threading layer already fixed: keep its default
+        set_renderer_threads(n)
+    except Exception:  # numba's threading layer already fixed in this process: keep its default
         pass
 
 
@@ -48,17 +50,12 @@ def to_torch(obs: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
 
 
 def build_env(spec: WorkerSpec, num_envs: int | None = None, config_overrides: dict | None = None):
-    from envs.vector import VectorDrivingEnv
-
     cfg = {**spec.env_config, **(config_overrides or {})}
     scen = list(spec.scenarios)
     return VectorDrivingEnv(scen if len(scen) != 1 else scen[0], num_envs or spec.num_envs, cfg)
 
 
 def build_policy(observation_space, action_spec, policy_config: Mapping[str, Any] | None = None):
-    from policy.network import ActorCritic, PolicyConfig
-    from sim.configs import from_dict
-
     cfg = from_dict(PolicyConfig, dict(policy_config or {}))
     return ActorCritic(observation_space, action_spec, cfg)
 
@@ -115,17 +112,28 @@ def env_info(infos: Mapping[str, Any], i: int) -> dict:
 
 
 def aux_flags(info: Mapping[str, Any]) -> np.ndarray:
-    """RAD's directional cues from a step's info: [collision_front, collision_rear, deviation_left, deviation_right]."""
-    out = np.zeros(4, dtype=bool)
+    """The corrective direction of the event that ended an episode, from its last step's info: bool
+    [5] in ``rollout.fragment.AUX_FLAGS`` order (collision_front, collision_rear, deviation_left,
+    deviation_right, progress_behind); all False when no event (or one without a direction) ended it.
+
+    dynamic_collision: the contact's place on the ego box, front (brake) or rear (speed up); a
+    contact on a side alone has neither. position_deviation: the side of the expert path the ego is
+    on (``lateral_offset``, > 0 left: steer right); heading_deviation: the side it turned to
+    (``heading_error``, > 0 left: steer right). progress_deviation: behind the expert (speed up).
+    """
+    out = np.zeros(len(AUX_FLAGS), dtype=bool)
     event = str(info.get("event", "") or "")
     loc = str(info.get("collision_location", "") or "")
     if event == "dynamic_collision":
         out[0] = loc.startswith("front")
         out[1] = loc.startswith("rear")
     elif event in ("position_deviation", "heading_deviation"):
-        side = float(info.get("lateral_offset", info.get("heading_error", 0.0)) or 0.0)
+        key = "lateral_offset" if event == "position_deviation" else "heading_error"
+        side = float(info.get(key, 0.0) or 0.0)
         out[2] = side > 0.0  # ego left of (or turned left of) the expert path: steer right
         out[3] = side < 0.0
+    elif event == "progress_deviation":
+        out[4] = True
     return out
 
 
@@ -196,7 +204,11 @@ class RolloutWorker:
         rewards = np.zeros((T, B, 2), np.float32)
         terminated = np.zeros((T, B), bool)
         truncated = np.zeros((T, B), bool)
-        flags = np.zeros((T, B, 4), bool)
+        flags = np.zeros((T, B, len(AUX_FLAGS)), bool)
+        # first step of each env's running episode inside this fragment: an episode that ends with an
+        # event gets its direction on every step from there up to (not including) the terminal one.
+        # Steps of the same episode in an earlier fragment (already handed out) keep no flag.
+        ep_first = np.zeros(B, np.int64)
         episodes: list[dict] = []
         errors, self._reset_errors = self._reset_errors, []
         out = self._forward(self.obs, deterministic)
@@ -223,7 +235,10 @@ class RolloutWorker:
                 rewards[t, i] = parts
                 self.tracker.add(i, parts, info.get("reward_terms"))
                 if done[i]:
-                    flags[t, i] = aux_flags(info)
+                    # RAD (Eq. 8-13) weighs every step that led to the event; its code zeroes the loss on
+                    # the collided frame itself, here the terminal step t (its next state is the event's)
+                    flags[ep_first[i] : t, i] = aux_flags(info)
+                    ep_first[i] = t + 1
                     ep = self.tracker.finish(i, info, bool(term[i]))  # ep["error"]: this episode's own failure
                     episodes.append(ep)
                     # the step's failure and those of the autoreset that followed it (a scenario that

@@ -43,7 +43,7 @@ def fixed_batch(T=8, B=4, seed=0, nan=False):
     term[T - 1, :2] = True
     batch["terminated"] = term
     batch["truncated"] = torch.zeros(T, B, dtype=torch.bool)
-    batch["aux_flags"] = torch.zeros(T, B, 4, dtype=torch.bool)
+    batch["aux_flags"] = torch.zeros(T, B, 5, dtype=torch.bool)
     return batch
 
 
@@ -140,3 +140,45 @@ def test_two_learners_equal_one(ray_session):
         assert max(float((w1[k].float() - init[k].float()).abs().max()) for k in w1) > 1e-4
     finally:
         two.shutdown()
+
+
+def _norm_counts(learner: Learner) -> dict[str, float]:
+    return {k: float(v) for k, v in learner.policy.state_dict().items() if k.endswith(".count")}
+
+
+def test_ppo_ratio_uses_the_normaliser_that_scored_the_actions():
+    """The rollout scored its actions with the policy as the iteration began; the first PPO minibatch, with the
+    weights unchanged, must see ratio 1 exactly (approx_kl 0, nothing clipped). Merging the batch into the
+    observation statistics before the epochs (as this learner once did) moves every log-prob: with these
+    sharpened heads, going from identity statistics to the batch's gives approx_kl ~1.2 and clips 78 % of the
+    samples. The batch is merged after the epochs."""
+    torch.manual_seed(0)
+    policy = make_policy()
+    with torch.no_grad():  # a decided policy (the heads start near uniform), so a normaliser change shows
+        policy.long_head.weight.mul_(100.0)
+        policy.lat_out.weight.mul_(100.0)
+    batch = fixed_batch(T=8, B=4, seed=7)
+    for k in batch:
+        if k in ("obs.ego", "obs.route"):  # far from the identity statistics, so a change would show
+            batch[k] = 5.0 + 3.0 * batch[k]
+    obs = {k[4:]: v.reshape(32, *v.shape[2:]) for k, v in batch.items() if k.startswith("obs.")}
+    with torch.no_grad():
+        batch["logp"] = policy.evaluate_actions(obs, batch["actions"].reshape(32, 2)).log_prob.reshape(8, 4, 2)
+    learner = Learner(policy, dataclasses.replace(SETTINGS, epochs=1, minibatches=1))
+    before = _norm_counts(learner)
+    m = learner.update_rl(batch)
+    assert m["losses/approx_kl"] == pytest.approx(0.0, abs=1e-7) and m["losses/clipfrac"] == 0.0
+    after = _norm_counts(learner)
+    assert after["norms.ego.count"] == before["norms.ego.count"] + 32  # merged once, after the epochs
+
+
+def test_demonstrations_join_the_statistics_once_not_every_il_round():
+    torch.manual_seed(0)
+    learner = Learner(make_policy(), SETTINGS)
+    d = demos(n=64)
+    learner.merge_obs_stats(d)
+    counts = _norm_counts(learner)
+    assert counts["norms.ego.count"] == 64
+    for _ in range(3):
+        learner.update_il(d, 2)
+    assert _norm_counts(learner) == counts

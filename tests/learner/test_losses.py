@@ -193,9 +193,9 @@ def _aux_step(flag: int, adv: tuple[float, float], actions=(2, 2)):
     logits_lat = torch.randn(1, 5)
     logits_lat[0, [0, 4]] = MASK_VALUE  # two infeasible lateral bins
     logits_lat.requires_grad_(True)
-    flags = torch.zeros(1, 4, dtype=torch.bool)
+    flags = torch.zeros(1, 5, dtype=torch.bool)
     flags[0, flag] = True
-    weights = [0.0] * 4
+    weights = [0.0] * 5
     weights[flag] = 1.0
     kw = dict(actions=torch.tensor([actions]), adv=torch.tensor([adv]), aux_flags=flags, weights=weights)
     out = directional_aux_loss(logits_long, logits_lat, **kw)
@@ -216,6 +216,7 @@ def _aux_step(flag: int, adv: tuple[float, float], actions=(2, 2)):
         (1, 0, slice(3, 5)),  # rear collision  -> higher longitudinal bins
         (2, 1, slice(0, 2)),  # drifted left    -> lateral bins to the right (lower indices)
         (3, 1, slice(3, 5)),  # drifted right   -> lateral bins to the left (higher indices)
+        (4, 0, slice(3, 5)),  # behind the expert -> higher longitudinal bins
     ],
 )
 def test_aux_losses_push_mass_the_corrective_way(flag, head, select):
@@ -223,7 +224,7 @@ def test_aux_losses_push_mass_the_corrective_way(flag, head, select):
     assert after[head][0, select].sum() > before[head][0, select].sum()
     assert grads[1 - head].abs().max().item() == 0.0  # the other head is untouched
     # Hand value: L = w * (-P) with w = -A = 1, N = 1.
-    name = ("dc_front", "dc_rear", "dev_left", "dev_right")[flag]
+    name = ("dc_front", "dc_rear", "dev_left", "dev_right", "progress")[flag]
     assert out[f"losses/aux_{name}"].item() == pytest.approx(-before[head][0, select].sum().item(), rel=1e-5)
     # Masked (infeasible) lateral bins get no mass and no gradient.
     assert after[1][0, 0] == 0.0 and after[1][0, 4] == 0.0
@@ -234,7 +235,7 @@ def test_aux_loss_hand_value_and_gating():
     # L = (1/N) * 2 * (-0.5) with N = 2 (the second step is unflagged).
     logits_long = torch.zeros(2, 4, requires_grad=True)
     logits_lat = torch.zeros(2, 3, requires_grad=True)
-    flags = torch.tensor([[True, False, False, False], [False, False, False, False]])
+    flags = torch.tensor([[True, False, False, False, False], [False, False, False, False, False]])
     actions = torch.tensor([[1, 2], [1, 2]])
     adv = torch.tensor([[0.0, -2.0], [0.0, -2.0]])
     out = directional_aux_loss(logits_long, logits_lat, actions, adv, flags, weights={"dc_front": 0.5})
@@ -247,8 +248,14 @@ def test_aux_loss_hand_value_and_gating():
     assert out["loss"].item() == 0.0
     assert directional_aux_loss(logits_long, logits_lat, actions, adv, flags)["loss"].item() == 0.0
     # Already at the lowest bin: no lower bin, P = 0, finite.
-    out = directional_aux_loss(logits_long, logits_lat, torch.tensor([[1, 0], [1, 0]]), adv, flags, [1, 0, 0, 0])
+    out = directional_aux_loss(logits_long, logits_lat, torch.tensor([[1, 0], [1, 0]]), adv, flags, [1, 0, 0, 0, 0])
     assert out["loss"].item() == 0.0
+    # Progress uses the longitudinal advantage: uniform over 4 bins, taken bin 1, P(j > 1) = 0.5, A_long = -2
+    flags = torch.tensor([[False, False, False, False, True], [False, False, False, False, False]])
+    out = directional_aux_loss(logits_long, logits_lat, torch.tensor([[1, 1], [1, 1]]), adv, flags, {"progress": 1.0})
+    assert out["losses/aux_progress"].item() == pytest.approx(-0.5) and out["loss"].item() == pytest.approx(-0.5)
+    with pytest.raises(ValueError, match=r"aux_flags must be \[N, 5\]"):
+        directional_aux_loss(logits_long, logits_lat, actions, adv, flags[:, :4], {"progress": 1.0})
     with pytest.raises(ValueError, match="unknown weight names"):
         directional_aux_loss(logits_long, logits_lat, actions, adv, flags, weights={"brake": 1.0})
 
@@ -275,7 +282,7 @@ def test_ppo_on_network_outputs_one_step():
     assert terms["losses/approx_kl"].item() == pytest.approx(0.0, abs=1e-6)
     assert terms["losses/clipfrac"].item() == 0.0
     aux = directional_aux_loss(
-        new.logits_long, new.logits_lat, old.action, adv, torch.rand(32, 4) > 0.5, weights=(0.1, 0.1, 0.1, 0.1)
+        new.logits_long, new.logits_lat, old.action, adv, torch.rand(32, 5) > 0.5, weights=(0.1, 0.1, 0.1, 0.1, 0.1)
     )
     loss = terms["loss"] + aux["loss"]
     assert finite_or_skip(terms) and finite_or_skip(loss)

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from rollout.fragment import Fragment, stack_time
+from envs.driving import DrivingEnv
+from rollout.fragment import AUX_FLAGS, Fragment, stack_time
 from rollout.group import ActorResources, RolloutGroup
 from rollout.worker import RolloutWorker, WorkerSpec, aux_flags, env_info, to_torch
 from scenarios import save
@@ -25,6 +26,11 @@ def suite(tmp_path_factory):
     save(straight_scenario(d, sid="plain", horizon=12), d / "plain.json")
     save(straight_scenario(d, sid="lead", horizon=12, lead_gap=6.0, lead_speed=0.0), d / "lead.json")
     return d
+
+
+@pytest.fixture(scope="module")
+def hm_dir_rollout(tmp_path_factory):
+    return tmp_path_factory.mktemp("rollout_handmade")
 
 
 def spec_for(suite, num_envs=3, seed=0):
@@ -85,11 +91,74 @@ def test_env_info_and_aux_flags():
     }
     assert env_info(infos, 0) == {"event": "dynamic_collision", "reward_terms": {"x": -1.0}}
     assert env_info(infos, 1) == {"event": "", "reward_terms": {}}
-    assert aux_flags({"event": "dynamic_collision", "collision_location": "front_left"}).tolist() == [1, 0, 0, 0]
-    assert aux_flags({"event": "dynamic_collision", "collision_location": "rear"}).tolist() == [0, 1, 0, 0]
-    assert aux_flags({"event": "position_deviation", "heading_error": 0.3}).tolist() == [0, 0, 1, 0]
-    assert aux_flags({"event": "heading_deviation", "heading_error": -0.8}).tolist() == [0, 0, 0, 1]
-    assert not aux_flags({"event": ""}).any()
+    assert aux_flags({"event": "dynamic_collision", "collision_location": "front_left"}).tolist() == [1, 0, 0, 0, 0]
+    assert aux_flags({"event": "dynamic_collision", "collision_location": "rear"}).tolist() == [0, 1, 0, 0, 0]
+    assert not aux_flags({"event": "dynamic_collision", "collision_location": "left"}).any()  # side: no direction
+    # position deviation: the side of the path (lateral_offset), whatever the heading; heading: the turn
+    info = {"event": "position_deviation", "lateral_offset": -2.1, "heading_error": 0.3}
+    assert aux_flags(info).tolist() == [0, 0, 0, 1, 0]
+    info = {"event": "heading_deviation", "lateral_offset": -0.4, "heading_error": 0.8}
+    assert aux_flags(info).tolist() == [0, 0, 1, 0, 0]
+    assert aux_flags({"event": "progress_deviation"}).tolist() == [0, 0, 0, 0, 1]
+    assert not aux_flags({"event": ""}).any() and not aux_flags({"event": "static_collision"}).any()
+
+
+def test_aux_flags_from_a_real_drift_to_the_left(hm_dir_rollout):
+    """The env's own info: drifting left of the path (lateral bin 50 = +0.5 m at 10 m/s) ends in a position
+    deviation on the left, which asks to steer right."""
+    env = DrivingEnv(ENV, scenarios=[straight_scenario(hm_dir_rollout, sid="drift", horizon=40)])
+    env.reset(seed=0)
+    while True:
+        _, _, te, tr, info = env.step([50, 20])
+        if te or tr:
+            break
+    assert info["event"] == "position_deviation" and info["lateral_offset"] > 2.0
+    assert aux_flags(info).tolist() == [0, 0, 1, 0, 0]
+
+
+def _fixed_action(worker: RolloutWorker, action) -> None:
+    """Make the worker's policy always take ``action`` (its values and log-probs stay the network's)."""
+    real = worker.policy.act
+
+    def act(obs, deterministic=False):
+        out = real(obs, deterministic=deterministic)
+        return out._replace(action=torch.tensor(action).expand_as(out.action).clone())
+
+    worker.policy.act = act
+
+
+def test_aux_flags_cover_the_steps_that_led_to_the_event(hm_dir_rollout):
+    """A stopped ego on the 12-step straight road with a 3 m progress threshold fails at its 9th step
+    (lag 0.045 n^2 > 3 first at n = 9): each episode is steps k..k+8 of the run. The flag (progress_behind)
+    is on every step of such an episode before its terminal step, off on the terminal step itself
+    (RAD's code leaves the collided frame out); an episode that crosses into the next fragment is flagged
+    there on the steps that fragment holds."""
+    d = hm_dir_rollout / "flags"
+    d.mkdir(exist_ok=True)
+    save(straight_scenario(d, sid="plain12", horizon=12), d / "plain12.json")
+    spec = WorkerSpec(
+        scenarios=(str(d),),
+        env_config={**ENV, "cameras": False, "progress_threshold": 3.0},
+        policy_config=POLICY,
+        num_envs=1,
+    )
+    w = RolloutWorker(spec)
+    _fixed_action(w, [30, 0])
+    a, b = w.sample(20), w.sample(20)
+    # fragment a: episodes end at steps 8 and 17; steps 18, 19 start a third, which ends at b's step 6
+    np.testing.assert_array_equal(np.flatnonzero(a.terminated[:, 0]), [8, 17])
+    np.testing.assert_array_equal(np.flatnonzero(b.terminated[:, 0]), [6, 15])
+    assert [e["event"] for e in a.episodes] == ["progress_deviation"] * 2
+    want_a = np.zeros(20, bool)
+    want_a[0:8] = want_a[9:17] = True
+    want_b = np.zeros(20, bool)
+    want_b[0:6] = want_b[7:15] = True
+    np.testing.assert_array_equal(a.aux_flags[:, 0, AUX_FLAGS.index("progress_behind")], want_a)
+    np.testing.assert_array_equal(b.aux_flags[:, 0, AUX_FLAGS.index("progress_behind")], want_b)
+    assert a.aux_flags[..., :4].sum() == 0 and b.aux_flags[..., :4].sum() == 0  # no other direction
+    assert a.aux_flags.shape == (20, 1, len(AUX_FLAGS))
+    # the batch the learner gets carries them
+    assert stack_time([a])["aux_flags"].shape == (20, 1, 5)
 
 
 def test_serial_group_is_the_local_worker(suite):
