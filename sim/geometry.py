@@ -6,9 +6,15 @@ Functions are pure and vectorised over leading batch dimensions that broadcast a
 - An oriented box is (center [..., 2], yaw [...], size [..., 2] = (length along the box's x, width
   along its y)). For a 3D box from a scenario, center is the bottom-face centre's xy.
 - A polyline is [M, 2] vertices (M >= 2) in order; arclength s runs from 0 at vertex 0.
+- Smooth polylines (the street generator's; ``clean_polyline`` first): normals averaged at the
+  vertices and blended along segments (``polyline_frames``), miter-free offsets, and
+  ``nearest_on_polyline`` for many points at once with a distance cut-off and end-cap flags.
 """
 
 from __future__ import annotations
+
+import itertools
+import math
 
 import numpy as np
 
@@ -115,12 +121,16 @@ def local_to_world(local_xy, origin_xy, origin_yaw) -> np.ndarray:
 # -- polylines -----------------------------------------------------------------------------------
 
 
-def check_polyline(polyline, where: str) -> np.ndarray:
+def check_polyline(polyline, where: str, positive_length: bool = False) -> np.ndarray:
+    """``polyline`` as float64 [M >= 2, 2], finite (and not all one point with ``positive_length``), or
+    a ValueError that starts with ``where``."""
     p = np.asarray(polyline, dtype=np.float64)
     if p.ndim != 2 or p.shape[1] != 2 or p.shape[0] < 2:
         raise ValueError(f"{where}: polyline must be [M >= 2, 2], got shape {p.shape}")
     if not np.isfinite(p).all():
         raise ValueError(f"{where}: polyline must be finite")
+    if positive_length and np.hypot(*np.diff(p, axis=0).T).sum() <= 0.0:
+        raise ValueError(f"{where}: polyline has zero length")
     return p
 
 
@@ -217,13 +227,18 @@ def point_polyline_distance(points, polyline) -> np.ndarray:
     return np.abs(project_to_polyline(points, polyline)[1])
 
 
-def offset_polyline(polyline, offset) -> np.ndarray:
+def offset_polyline(polyline, offset, miter: bool = True) -> np.ndarray:
     """Polyline [M, 2] shifted ``offset`` metres (scalar or [M]) to the left of its direction.
 
     Uses the averaged normal at each vertex (exact for straight lines; for arcs the result is an
-    arc of radius R - offset sampled at the same angles).
+    arc of radius R - offset sampled at the same angles). With ``miter`` the normal is lengthened at
+    a corner so that parallel segments keep their distance; without, the unit vertex normals of
+    :func:`polyline_vertex_normals` are used (the corner is cut; the polyline must have no repeated
+    vertices).
     """
     p = check_polyline(polyline, "offset_polyline")
+    if not miter:
+        return p + np.asarray(offset, dtype=np.float64).reshape(-1, 1) * polyline_vertex_normals(p)
     d = np.diff(p, axis=0)
     d /= np.maximum(np.linalg.norm(d, axis=1, keepdims=True), 1e-12)
     t = np.concatenate([d[:1], d[:-1] + d[1:], d[-1:]], axis=0)
@@ -233,3 +248,134 @@ def offset_polyline(polyline, offset) -> np.ndarray:
     cos_half[1:-1] = np.clip(np.sum(d[:-1] * t[1:-1], axis=1), 0.2, 1.0)
     normal = np.stack([-t[:, 1], t[:, 0]], axis=1) / cos_half[:, None]
     return p + np.asarray(offset, dtype=np.float64).reshape(-1, 1) * normal
+
+
+# -- smooth polylines: vertex normals averaged over the two segments at a vertex ---------------------
+# The street generator's view of a polyline: offsets along these normals are miter-free (smooth curves
+# keep their shape), frames between vertices blend the two normals, and queries clamp to the span.
+
+_PROJECT_CELL = 16.0  # metres: nearest_on_polyline tests points in groups of this size
+
+
+def clean_polyline(polyline, max_step: float | None = None) -> np.ndarray:
+    """Polyline [K, 2] without repeated vertices (closer than 1e-9 m to the one before), with every
+    segment split into equal parts at most ``max_step`` metres long when it is given.
+
+    The smooth-polyline functions below want a polyline without repeated vertices: pass them this.
+    """
+    p = check_polyline(polyline, "clean_polyline")
+    keep = np.concatenate([[True], np.hypot(*np.diff(p, axis=0).T) > 1e-9])
+    p = p[keep]
+    if len(p) < 2:
+        raise ValueError("clean_polyline: polyline has zero length")
+    if max_step is not None:
+        if not (np.isfinite(max_step) and max_step > 0):
+            raise ValueError(f"clean_polyline: max_step must be > 0 metres, got {max_step}")
+        out = [p[:1]]
+        for a, b in itertools.pairwise(p):
+            k = max(1, math.ceil(np.hypot(*(b - a)) / max_step))
+            out.append(a + (b - a) * (np.arange(1, k + 1) / k)[:, None])
+        p = np.concatenate(out)
+    return p
+
+
+def _segments(polyline, where: str):
+    """(vertices [M, 2], segment lengths [M - 1], unit directions [M - 1, 2], stations [M])."""
+    p = check_polyline(polyline, where)
+    d = np.diff(p, axis=0)
+    seg_len = np.hypot(d[:, 0], d[:, 1])
+    if (seg_len == 0).any():
+        raise ValueError(f"{where}: polyline has repeated vertices; pass it through clean_polyline first")
+    return p, seg_len, d / seg_len[:, None], np.concatenate([[0.0], np.cumsum(seg_len)])
+
+
+def polyline_stations(polyline) -> np.ndarray:
+    """Arclength [M] (metres) at each vertex of polyline [M, 2], segment lengths by ``np.hypot``: the
+    arclength of :func:`polyline_frames` and :func:`nearest_on_polyline` (``polyline_arclength``
+    agrees to rounding)."""
+    return _segments(polyline, "polyline_stations")[3]
+
+
+def polyline_vertex_normals(polyline) -> np.ndarray:
+    """Unit left normals [M, 2] at the vertices: the mean of the normals of the segments meeting there.
+
+    ``polyline + d * polyline_vertex_normals(polyline)`` shifts it ``d`` metres to its left, miter-free
+    (exact for straight lines, an arc of radius R - d for an arc; corners are cut, not kept).
+    """
+    p, _, u, _ = _segments(polyline, "polyline_vertex_normals")
+    n_seg = np.stack([-u[:, 1], u[:, 0]], 1)
+    vn = np.zeros_like(p)
+    vn[:-1] += n_seg
+    vn[1:] += n_seg
+    return vn / np.maximum(np.linalg.norm(vn, axis=1, keepdims=True), 1e-9)
+
+
+def polyline_frames(polyline, s) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Points [n, 2], unit tangents [n, 2] and unit left normals [n, 2] at arclengths s [n] (metres,
+    clamped to the polyline). The normal blends the two vertex normals linearly along a segment, so
+    frames turn smoothly; the tangent is the normal turned right."""
+    p, seg_len, u, cum = _segments(polyline, "polyline_frames")
+    vn = polyline_vertex_normals(p)
+    s = np.clip(np.asarray(s, dtype=np.float64).reshape(-1), 0.0, cum[-1])
+    k = np.clip(np.searchsorted(cum, s, side="right") - 1, 0, len(seg_len) - 1)
+    t = s - cum[k]
+    f = (t / seg_len[k])[:, None]
+    xy = p[k] + u[k] * t[:, None]
+    n = vn[k] * (1 - f) + vn[k + 1] * f
+    n /= np.maximum(np.linalg.norm(n, axis=1, keepdims=True), 1e-9)
+    return xy, np.stack([n[:, 1], -n[:, 0]], 1), n
+
+
+def nearest_on_polyline(points, polyline, max_dist: float = np.inf):
+    """The nearest point of polyline [M, 2] to each of points [n, 2], for many points at once.
+
+    Returns (dist [n] metres, lateral [n]: signed offset from the nearest segment's line, + left,
+    s [n]: arclength of the nearest point, interior [n]: the nearest point is not an end cap, i.e. the
+    point lies beside the span, not beyond an end). Points farther than ``max_dist`` from every
+    segment get dist = inf and interior False (and are cheap: points are tested in groups against the
+    segments near them only).
+    """
+    p, L, u, cum = _segments(polyline, "nearest_on_polyline")
+    pts = np.asarray(points, dtype=np.float64).reshape(-1, 2)
+    n = len(pts)
+    dist = np.full(n, np.inf)
+    lat = np.zeros(n)
+    s = np.zeros(n)
+    interior = np.zeros(n, dtype=bool)
+    lo_all, hi_all = p.min(0), p.max(0)
+    idx = np.flatnonzero(np.all((pts >= lo_all - max_dist) & (pts <= hi_all + max_dist), axis=1))
+    if not len(idx):
+        return dist, lat, s, interior
+    a = p[:-1]
+    S = len(L)
+    seg_lo = np.minimum(p[:-1], p[1:]) - max_dist
+    seg_hi = np.maximum(p[:-1], p[1:]) + max_dist
+    # points grouped by cells: each group is tested only against the segments near it
+    cell = np.floor(pts[idx] / _PROJECT_CELL).astype(np.int64)
+    key = cell[:, 0] * 1_000_003 + cell[:, 1]
+    order = np.argsort(key, kind="stable")
+    idx = idx[order]
+    bounds = np.flatnonzero(np.diff(key[order])) + 1
+    for grp in np.split(idx, bounds):
+        q = pts[grp]
+        lo, hi = q.min(0), q.max(0)
+        segs = np.flatnonzero(np.all((seg_lo <= hi) & (seg_hi >= lo), axis=1)) if S > 8 else np.arange(S)
+        if not len(segs):
+            continue
+        rel = q[:, None, :] - a[segs][None]  # [g, s, 2]
+        uu, LL = u[segs], L[segs]
+        t = rel[..., 0] * uu[:, 0] + rel[..., 1] * uu[:, 1]
+        tc = np.clip(t, 0.0, LL)
+        perp = uu[:, 0] * rel[..., 1] - uu[:, 1] * rel[..., 0]
+        d2 = (t - tc) ** 2 + perp**2
+        j = np.argmin(d2, axis=1)
+        r = np.arange(len(grp))
+        k = segs[j]
+        dist[grp] = np.sqrt(d2[r, j])
+        lat[grp] = perp[r, j]
+        s[grp] = cum[k] + tc[r, j]
+        tk = t[r, j]
+        interior[grp] = ~(((k == 0) & (tk < 0.0)) | ((k == S - 1) & (tk > L[-1])))
+    far = dist > max_dist
+    dist[far], interior[far] = np.inf, False
+    return dist, lat, s, interior

@@ -18,7 +18,8 @@ NOT_GENERATOR = ("evaluate.py", "report.py", "baselines.py")  # scenarios/ modul
 
 def generator_hash() -> str:
     h = hashlib.sha256()
-    for p in sorted([*ROOT.glob("scenarios/*.py"), ROOT / "sim" / "procedural.py", ROOT / "sim" / "ply.py"]):
+    sources = [*ROOT.glob("scenarios/*.py"), *ROOT.glob("sim/procedural/*.py"), ROOT / "sim" / "ply.py"]
+    for p in sorted([*sources, ROOT / "sim" / "geometry.py"]):
         if p.is_file() and p.name not in NOT_GENERATOR:
             h.update(p.name.encode() + p.read_bytes())
     return h.hexdigest()[:16]

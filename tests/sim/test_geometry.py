@@ -9,13 +9,19 @@ from sim.geometry import (
     box_corners,
     boxes_overlap,
     boxes_overlap_reference,
+    check_polyline,
+    clean_polyline,
     ego_box_pose,
     interpolate_polyline,
     local_to_world,
+    nearest_on_polyline,
     offset_polyline,
     point_polyline_distance,
     polyline_arclength,
+    polyline_frames,
     polyline_heading,
+    polyline_stations,
+    polyline_vertex_normals,
     project_to_polyline,
     resample_polyline,
     world_to_local,
@@ -113,3 +119,62 @@ def test_bad_polylines_raise():
         project_to_polyline([[0.0, 0.0]], np.zeros((1, 2)))
     with pytest.raises(ValueError, match="finite"):
         polyline_arclength([[0.0, 0.0], [np.nan, 1.0]])
+
+
+# -- smooth polylines (the street generator's) -----------------------------------------------------
+
+
+def test_clean_polyline_drops_repeats_and_splits_long_segments():
+    raw = [[0.0, 0.0], [0.0, 0.0], [10.0, 0.0], [10.0, 1e-12], [10.0, 10.0]]
+    np.testing.assert_array_equal(clean_polyline(raw), L_SHAPE)
+    third = 10.0 / 3.0
+    want = [[0, 0], [third, 0], [2 * third, 0], [10, 0], [10, third], [10, 2 * third], [10, 10]]
+    np.testing.assert_allclose(clean_polyline(L_SHAPE, max_step=4.0), want, atol=1e-12)
+    with pytest.raises(ValueError, match="zero length"):
+        clean_polyline([[1.0, 1.0], [1.0, 1.0]])
+    with pytest.raises(ValueError, match="clean_polyline first"):
+        polyline_frames([[0.0, 0.0], [0.0, 0.0], [1.0, 0.0]], [0.5])
+    with pytest.raises(ValueError, match="zero length"):
+        check_polyline([[2.0, 3.0], [2.0, 3.0]], "here", positive_length=True)
+
+
+def test_vertex_normals_frames_and_miter_free_offset_by_hand():
+    np.testing.assert_allclose(polyline_stations(L_SHAPE), [0.0, 10.0, 20.0])
+    r = 1 / np.sqrt(2)
+    np.testing.assert_allclose(polyline_vertex_normals(L_SHAPE), [[0, 1], [-r, r], [-1, 0]], atol=1e-12)
+    xy, tan, nrm = polyline_frames(L_SHAPE, [5.0, 15.0, -3.0, 25.0])
+    np.testing.assert_allclose(xy, [[5, 0], [10, 5], [0, 0], [10, 10]], atol=1e-12)  # clamped at the ends
+    # half-way along a segment the normal has turned half of the way to the corner's (22.5 deg)
+    c, s = np.cos(np.pi / 8), np.sin(np.pi / 8)
+    np.testing.assert_allclose(nrm, [[-s, c], [-c, s], [0, 1], [-1, 0]], atol=1e-12)
+    np.testing.assert_allclose(tan, [[c, s], [s, c], [1, 0], [0, 1]], atol=1e-12)
+    # without a miter the corner is cut: it moves 1 m along its (unit) normal, not to (9, 1)
+    np.testing.assert_allclose(offset_polyline(L_SHAPE, 1.0, miter=False), [[0, 1], [10 - r, r], [9, 10]], atol=1e-12)
+    np.testing.assert_allclose(offset_polyline(L_SHAPE, 1.0)[1], [9.0, 1.0], atol=1e-12)
+
+
+def test_nearest_on_polyline_by_hand():
+    pts = np.array([[5.0, 1.0], [12.0, 5.0], [-3.0, 0.0], [10.0, 13.0]])
+    dist, lat, s, interior = nearest_on_polyline(pts, L_SHAPE)
+    np.testing.assert_allclose(dist, [1.0, 2.0, 3.0, 3.0])
+    np.testing.assert_allclose(lat, [1.0, -2.0, 0.0, 0.0])  # left of the direction is +; beyond an end: 0
+    np.testing.assert_allclose(s, [5.0, 15.0, 0.0, 20.0])
+    assert interior.tolist() == [True, True, False, False]
+    dist, _, _, interior = nearest_on_polyline(pts, L_SHAPE, max_dist=2.5)
+    assert dist.tolist() == [1.0, 2.0, np.inf, np.inf] and interior.tolist() == [True, True, False, False]
+
+
+def test_nearest_on_polyline_matches_project_to_polyline():
+    rng = np.random.default_rng(3)
+    a = np.linspace(0.0, 3 * np.pi, 40)
+    wiggle = np.stack([a * 12.0, 15.0 * np.sin(a)], 1)  # 39 segments: points are grouped by cell
+    pts = rng.uniform([-20.0, -40.0], [130.0, 40.0], (3000, 2))
+    dist, _, s, _ = nearest_on_polyline(pts, wiggle)
+    s_ref, lat_ref, _ = project_to_polyline(pts, wiggle)
+    np.testing.assert_allclose(dist, np.abs(lat_ref), atol=1e-9)
+    np.testing.assert_allclose(s, s_ref, atol=1e-6)
+    near, _, _, _ = nearest_on_polyline(pts, wiggle, max_dist=5.0)
+    close = np.abs(lat_ref) <= 5.0 - 1e-9
+    assert close.any() and (~close).any()
+    np.testing.assert_allclose(near[close], np.abs(lat_ref[close]), atol=1e-9)
+    assert np.isinf(near[np.abs(lat_ref) > 5.0 + 1e-9]).all()

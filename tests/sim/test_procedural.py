@@ -14,6 +14,13 @@ from sim.camera import make_rig
 from sim.collision import StaticIndex
 from sim.frames import pose_matrix
 from sim.gaussians import GaussianCloud, covariances
+from sim.geometry import clean_polyline, nearest_on_polyline
+from sim.ply import load_ply
+from sim.procedural.__main__ import main
+from sim.procedural.background import plan_background
+from sim.procedural.demo import DEMO_STEPS
+from sim.procedural.layout import LANE_WIDTH
+from sim.procedural.streets import CURB_HEIGHT
 from sim.rendering import render
 
 LIFT = 0.3  # the env's static-collision box starts this high above the ground
@@ -80,12 +87,11 @@ def test_layout_fields_are_validated():
 def test_demo_layouts_start_the_ego_in_the_middle_of_a_lane(kind):
     lay = P.demo_layout(kind)
     ego = np.array([[0.0, -1.75]])
-    main = P._Polyline(lay.roads[0].centerline)
-    _, lat, _, interior = main.project(ego)
+    _, lat, _, interior = nearest_on_polyline(ego, clean_polyline(lay.roads[0].centerline))
     assert interior[0] and abs(lat[0] + 1.75) < 1e-6  # right lane, heading +x along the main road
     # the nearest paint is a lane line 1.75 m away on either side: the lane is 3.5 m wide
-    gaps = [P._Polyline(m.polyline).project(ego)[0][0] for m in lay.markings]
-    assert abs(min(gaps) - P.LANE_WIDTH / 2) < 0.05
+    gaps = [nearest_on_polyline(ego, clean_polyline(m.polyline))[0][0] for m in lay.markings]
+    assert abs(min(gaps) - LANE_WIDTH / 2) < 0.05
     assert len(lay.edges) >= 2 and all(e.outward in (1, -1) for e in lay.edges)
 
 
@@ -128,12 +134,12 @@ def test_background_clouds_are_valid(small_parts):
 
 def test_road_and_paint_lie_flat_on_the_road_surface(small_parts):
     lay = small_layout()
-    road = P._Polyline(lay.roads[0].centerline)
+    road = clean_polyline(lay.roads[0].centerline)
     hw = lay.roads[0].width / 2
     for name in ("road", "markings"):
         c = small_parts[name]
         m = c.means.numpy().astype(np.float64)
-        _, lat, _, interior = road.project(m[:, :2])
+        _, lat, _, interior = nearest_on_polyline(m[:, :2], road)
         assert interior.all() and (np.abs(lat) <= hw + 0.01).all(), name
         assert (np.abs(m[:, 2]) <= 0.01).all(), name
         assert (c.scales.min(1).values <= 0.02).all(), name  # flat: tiny scale along the normal
@@ -146,7 +152,7 @@ def test_ground_stays_under_the_collision_floor(small_parts):
         if not len(c):
             continue
         z = c.means[:, 2]
-        assert (z <= P.CURB_HEIGHT + 0.01).all() and (z >= -0.01).all(), name  # curbs at most 0.15 m high
+        assert (z <= CURB_HEIGHT + 0.01).all() and (z >= -0.01).all(), name  # curbs at most 0.15 m high
         assert (z + 3 * z_extent(c) < LIFT).all(), name
 
 
@@ -186,7 +192,7 @@ def test_baked_obstacles_fill_their_box_with_opaque_gaussians(small_background, 
 def test_tree_canopies_start_above_two_and_a_half_metres(small_parts):
     trees = small_parts["trees"]
     m = trees.means.numpy()
-    plan = P._plan(small_layout((PARKED, BARRIER, CONE)), 3)
+    plan = plan_background(small_layout((PARKED, BARRIER, CONE)), 3)
     trunk_xy = np.array([t.xy for t in plan.trees])
     near_trunk = np.min(np.linalg.norm(m[:, None, :2] - trunk_xy[None], axis=2), axis=1) < 0.25
     canopy = ~near_trunk
@@ -247,14 +253,14 @@ def scene():
 
 
 def test_demo_scene_has_traffic_on_the_road(scene):
-    assert len(scene.actors) >= 4 and scene.num_steps == P.DEMO_STEPS
-    road = P._Polyline(P.demo_layout("straight").roads[0].centerline)
+    assert len(scene.actors) >= 4 and scene.num_steps == DEMO_STEPS
+    road = clean_polyline(P.demo_layout("straight").roads[0].centerline)
     kinds = {name.rsplit("_", 1)[0] for name in scene.assets}
     assert kinds <= set(P.VEHICLE_KINDS) and len(kinds) >= 3
     for aid, tr in scene.actors.items():
         p = tr.poses[tr.present]
         assert len(p), aid
-        _, lat, _, interior = road.project(p[:, :2])
+        _, lat, _, interior = nearest_on_polyline(p[:, :2], road)
         assert interior.all() and (np.abs(lat) < 7.5).all(), aid
         assert np.allclose(p[:, 2], 0.0)
 
@@ -274,10 +280,8 @@ def test_render_from_the_ego_shows_sky_above_and_road_below(scene):
 
 
 def test_cli_writes_a_standard_ply(tmp_path):
-    from sim.ply import load_ply
-
     args = ["--out", str(tmp_path), "--seed", "2", "--kind", "curve", "--gaussians", "20000", "--length", "80"]
-    assert P.main(args) == 0
+    assert main(args) == 0
     cloud = load_ply(tmp_path / "background.ply")
     expected = P.build_background(P.demo_layout("curve", 80.0), 2, 20_000)
     assert len(cloud) == len(expected)
