@@ -4,7 +4,11 @@ Fixtures (import them into a test module, or into conftest.py):
 - ``moto_s3``: session-scoped; ``.venv/bin/moto_server`` on a free 127.0.0.1 port with one bucket.
 - ``swift_s3``: session-scoped; a one-replica Swift (proxy, account, container and object servers,
   all on free 127.0.0.1 ports), following ``shared/tools/s3-loopback``. ``swift==2.38.3`` is
-  installed into ``<repo>/.cache/swift-venv`` on first use (about 30 s); skips if that fails.
+  installed into ``<repo>/.cache/swift-venv`` on first use (about 30 s, from the package index).
+
+An endpoint that cannot be had (moto_server not installed, Swift not installable, no extended
+attributes) skips its tests with the reason on a developer's machine, and is a test error with the
+reason where ``CI`` is set (CI runs with ``CI=true``): there the S3 tests must run, not vanish.
 
 Both yield an :class:`S3Server`; :class:`MotoServer` can also be made directly by a test that
 stops and restarts its own server (outage tests). Servers are stopped by their PIDs, never by name.
@@ -22,6 +26,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import NoReturn
 from urllib.parse import quote
 
 import pytest
@@ -30,7 +35,30 @@ REPO = Path(__file__).resolve().parent.parent
 SWIFT_VERSION = "2.38.3"
 SWIFT_VENV = REPO / ".cache" / "swift-venv"
 
-__all__ = ["REPO", "MotoServer", "S3Server", "SwiftServer", "ensure_swift_venv", "free_port", "moto_s3", "swift_s3"]
+__all__ = [
+    "REPO",
+    "MotoServer",
+    "S3Server",
+    "SwiftServer",
+    "endpoint_unavailable",
+    "ensure_swift_venv",
+    "free_port",
+    "in_ci",
+    "moto_s3",
+    "swift_s3",
+]
+
+
+def in_ci() -> bool:
+    """True where ``CI`` is set to anything but empty, 0 or false (CI runs with ``CI=true``)."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def endpoint_unavailable(reason: str) -> NoReturn:
+    """An S3 endpoint cannot be had: a test error in CI (the S3 tests must run there), else a skip."""
+    if in_ci():
+        pytest.fail(f"CI is set, so this is an error, not a skip: {reason}", pytrace=False)
+    pytest.skip(reason)
 
 
 def free_port() -> int:
@@ -158,7 +186,7 @@ class MotoServer(S3Server):
 
     def start(self) -> None:
         if self.exe is None:
-            pytest.skip("moto_server is not installed (pip install 'moto[server]')")
+            endpoint_unavailable("moto_server is not installed (pip install 'moto[server]', part of the dev extra)")
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_dir / f"moto-{self.port}.log", "ab")
         self.proc = subprocess.Popen(
@@ -337,10 +365,10 @@ def swift_s3(tmp_path_factory):
         venv = ensure_swift_venv()
     except (subprocess.SubprocessError, OSError) as exc:
         detail = getattr(exc, "stderr", b"") or b""
-        pytest.skip(f"could not install swift=={SWIFT_VERSION} into {SWIFT_VENV}: {exc} {detail[-500:]!r}")
+        endpoint_unavailable(f"could not install swift=={SWIFT_VERSION} into {SWIFT_VENV}: {exc} {detail[-500:]!r}")
     base = tmp_path_factory.mktemp("swift")
     if not _has_xattrs(base):
-        pytest.skip(f"Swift needs extended attributes; {base} has none")
+        endpoint_unavailable(f"Swift needs extended attributes; {base} has none")
     server = SwiftServer(base, venv)
     server.configure()
     try:
