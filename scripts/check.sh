@@ -106,7 +106,7 @@ print(path)
 EOF
 )
 if [ -n "$LINT_CONFIG" ]; then
-  run_check "lint-imports" "$VENV/bin/lint-imports" --no-cache --config "$LINT_CONFIG"
+  run_check "lint-imports" "$VENV/bin/lint-imports" --no-cache "$LINT_CONFIG"
   rm -f "$LINT_CONFIG"
 else
   run_check "lint-imports" "$VENV/bin/lint-imports" --no-cache
