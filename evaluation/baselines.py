@@ -5,6 +5,9 @@ observations (and, for the expert, the env's infos) to actions [B, 2] (lateral i
 |---------------------|---------------------------------------------|-------------------------------------------------|
 | ``expert``          | ``info["expert_action"]``                   | log replay: the env's IL labels, which replay    |
 |                     |                                             | the logged drive (RAD's zero-collision reference)|
+| ``stop``            | nothing                                     | stands still: (centre lateral bin, longitudinal  |
+|                     |                                             | bin 0) -- RAD's four events never fire on it;    |
+|                     |                                             | progress_deviation must fail it                  |
 | ``constant-velocity`` | ``ego`` (speed)                           | straight ahead (centre lateral bin), holding its |
 |                     |                                             | speed (the longitudinal bin nearest v x 0.5 s)   |
 | ``lane-follow``     | ``ego`` (speed), ``map`` + ``map_mask``     | holds its speed like constant-velocity, and      |
@@ -29,11 +32,12 @@ import numpy as np
 
 from sim.dynamics import ANCHOR_HORIZON
 
-BASELINES = ("expert", "constant-velocity", "lane-follow")
+BASELINES = ("expert", "stop", "constant-velocity", "lane-follow")
 
 # observation parts each baseline reads (the evaluation switches the rest off: cameras cost most)
 PARTS = {
     "expert": ("ego",),
+    "stop": ("ego",),
     "constant-velocity": ("ego",),
     "lane-follow": ("ego", "route", "map"),
 }
@@ -67,6 +71,12 @@ def expert(infos: Sequence[Mapping[str, Any]]) -> np.ndarray:
     if missing:
         raise KeyError(f"expert baseline: env(s) {missing} gave no info['expert_action']")
     return np.stack([np.asarray(info["expert_action"], dtype=np.int64) for info in infos])
+
+
+def stop(obs: Mapping[str, np.ndarray], spec) -> np.ndarray:
+    """Stand still: (centre lateral bin, longitudinal bin 0 = 0 m in 0.5 s) for every env. [B, 2]."""
+    B = len(next(iter(obs.values())))
+    return np.tile(np.array([[spec.center, 0]], dtype=np.int64), (B, 1))
 
 
 def constant_velocity(obs: Mapping[str, np.ndarray], spec) -> np.ndarray:
@@ -183,6 +193,8 @@ def baseline_act(name: str, spec):
     """``act(obs, infos) -> actions [B, 2]`` of baseline ``name`` (one of BASELINES) for an action spec."""
     if name == "expert":
         return lambda obs, infos: expert(infos)
+    if name == "stop":
+        return lambda obs, infos: stop(obs, spec)
     if name == "constant-velocity":
         return lambda obs, infos: constant_velocity(obs, spec)
     if name == "lane-follow":

@@ -6,7 +6,7 @@
 
 A policy (SOURCE) is a store URI with a run and a version (``<store>/<run>@<version>`` or
 ``@latest``), a training checkpoint folder, an exported policy folder (``python -m policy.export``),
-or a built-in baseline: ``expert`` (log replay), ``constant-velocity``, ``lane-follow``
+or a built-in baseline: ``expert`` (log replay), ``stop``, ``constant-velocity``, ``lane-follow``
 (``evaluation.baselines``). Each policy drives every scenario of the suite once, deterministically,
 closed loop: Ray actors each run ``evaluation.rollouts.evaluate`` on waves of scenarios
 (``num_actors=0``: in this process). ``python -m evaluation.evaluate`` and ``python -m scenarios.evaluate``
@@ -14,7 +14,9 @@ closed loop: Ray actors each run ``evaluation.rollouts.evaluate`` on waves of sc
 scenarios with the same env settings and seed.
 
 Written to ``--out``: ``metrics.json`` (RAD's CR, DCR, SCR, DR, PDR, HDR, ADD, longitudinal and
-lateral jerk, success rate, route progress and counts, per policy, overall and per kind),
+lateral jerk; the progress deviation rate PGR, route completion RC, driving score DS, time-matched ADE,
+speed ratio, survival and success rate, each with a 95 % interval; counts; per policy, overall and per
+kind; with ``--compare``, ``paired``: every policy against the first on the same clips),
 ``scenarios.csv`` (one row per policy and scenario), ``report.md`` (RAD Table 1's layout),
 ``metrics.png`` (grouped bars), ``videos/<policy>/<scenario>.mp4`` (cameras and bird's-eye view of
 the worst clips, the event named on its frame and held ~1 s), ``config.yaml`` (the resolved settings).
@@ -49,8 +51,11 @@ from evaluation.baselines import BASELINES, PARTS
 from evaluation.metrics import by_kind, rad_metrics
 from evaluation.report import (
     clip_row,
+    interval_table,
     kind_table,
     outcome_table,
+    paired_comparison,
+    paired_table,
     plot_metrics,
     rad_table,
     worst_first,
@@ -76,7 +81,7 @@ class EvaluateConfig:
     policy: str = field(
         "",
         help="the policy: a store URI <store>/<run>@<version|latest>, a checkpoint folder, an exported policy "
-        "folder, or a baseline (expert, constant-velocity, lane-follow)",
+        "folder, or a baseline (expert, stop, constant-velocity, lane-follow)",
     )
     compare: tuple[str, ...] = field((), help="several policies side by side (--compare A B ...); --policy joins them")
     suite: str = field("val", help="scenarios: a built-in suite (train, val, test), a suite folder or a scenario file")
@@ -344,6 +349,7 @@ def summarise(entries, records, scenarios, cfg: EvaluateConfig, suite_path: str,
         num_actors=cfg.num_actors,
         order=[e.label for e in entries],
         policies=policies,
+        paired=paired_comparison({e.label: records[e.label] for e in entries}),
     )
 
 
@@ -366,7 +372,26 @@ def write_outputs(summary: dict, records, videos, cfg: EvaluateConfig, out: Path
         "",
         rad_table(overall),
         "",
+        "## What a stopped car cannot game, with 95 % intervals",
+        "",
+        "Rates with Wilson intervals, means over clips with bootstrap intervals (evaluation.metrics): PGR = "
+        "progress deviation (fell more than the env's progress_threshold behind the logged expert); RC = route "
+        "completion; driving score = RC x infraction penalty (CARLA's factors); ADE = time-matched distance to "
+        "the logged expert; speed / expert = mean speed over the expert's; survival = steps driven / horizon.",
+        "",
+        interval_table(overall),
+        "",
     ]
+    if summary.get("paired"):
+        lines += [
+            f"## Paired: each policy against `{summary['order'][0]}` on the same clips",
+            "",
+            "Mean difference B - A over clips with a paired bootstrap 95 % interval (* : the interval excludes 0); "
+            "McNemar's exact test on the clips only one of the two fails.",
+            "",
+            paired_table(summary["paired"]),
+            "",
+        ]
     if cfg.plot:
         lines += ["![metrics](metrics.png)", ""]
     lines += ["## Per kind", "", kind_table({k: summary["policies"][k]["by_kind"] for k in summary["order"]}), ""]

@@ -6,6 +6,10 @@ Pure functions of the evaluation's per-clip records (``evaluation.rollouts``) an
 - :func:`clip_row` / :func:`write_csv`: one CSV row per (policy, scenario);
 - :func:`rad_table`: RAD Table 1's layout (policy | CR | DCR | SCR | DR | PDR | HDR | ADD | Long J | Lat J)
   as markdown; :func:`kind_table`: the same per scenario kind;
+- :func:`interval_table`: the rates and clip means that a stopped car cannot game (CR, DR, PGR, RC, driving
+  score, ADE, speed ratio, survival, success), each with its 95 % interval;
+- :func:`paired_comparison` / :func:`paired_table`: every policy against the first on the same clips
+  (differences in CR, RC and driving score with paired bootstrap intervals, McNemar on failures);
 - :func:`plot_metrics`: grouped bars, one group per metric, one bar per policy (matplotlib Agg);
 - :func:`worst_first`: the clips to film (failures first, then by ADD);
 - :func:`banner` / :func:`write_video`: an MP4 of a clip's frames (cameras + bird's-eye view) with the
@@ -24,7 +28,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw
 
-from evaluation.metrics import rad_metrics
+from evaluation.metrics import clip_values, rad_metrics
+from evaluation.stats import mcnemar, paired_difference
 from sim.viz import Mp4Writer
 
 # RAD Table 1's columns: (header, rad_metrics key)
@@ -39,7 +44,21 @@ RAD_COLUMNS = (
     ("Long J", "long_jerk"),
     ("Lat J", "lat_jerk"),
 )
-EXTRA_COLUMNS = (("Success", "success_rate"), ("Progress", "progress"), ("N", "n"))
+EXTRA_COLUMNS = (("RC", "RC"), ("DS", "DS"), ("Success", "success_rate"), ("N", "n"))
+# (header, rad_metrics key) of the interval table: each with ``<key>_ci``
+INTERVAL_COLUMNS = (
+    ("CR", "CR"),
+    ("DR", "DR"),
+    ("PGR", "PGR"),
+    ("RC", "RC"),
+    ("driving score", "DS"),
+    ("ADE (m)", "ADE"),
+    ("speed / expert", "speed_ratio"),
+    ("survival", "survival"),
+    ("success", "success_rate"),
+)
+# (clip_values key, label) of the paired comparison
+PAIRED_VALUES = (("collision", "CR"), ("failure", "failure rate"), ("RC", "RC"), ("DS", "driving score"))
 
 CSV_FIELDS = (
     "policy",
@@ -50,7 +69,11 @@ CSV_FIELDS = (
     "steps",
     "horizon",
     "success",
-    "progress",
+    "survival",
+    "RC",
+    "DS",
+    "ADE",
+    "speed_ratio",
     "ADD",
     "max_path_distance",
     "long_jerk",
@@ -80,6 +103,7 @@ def clip_row(policy: str, record: Mapping) -> dict:
     ``step`` is the step at which the first failure happened (empty without one).
     """
     m = rad_metrics([record])
+    c = clip_values(record)
     d = np.asarray(record.get("path_distance", ()), dtype=np.float64)
     event = str(record.get("event", "") or "")
     steps = int(record.get("steps", 0))
@@ -92,7 +116,11 @@ def clip_row(policy: str, record: Mapping) -> dict:
         "steps": steps,
         "horizon": int(record.get("horizon", 0)),
         "success": int(not event and not record.get("error")),
-        "progress": m["progress"],
+        "survival": c["survival"],
+        "RC": c["RC"],
+        "DS": c["DS"],
+        "ADE": c["ADE"],
+        "speed_ratio": c["speed_ratio"],
         "ADD": m["ADD"],
         "max_path_distance": float(np.nanmax(d)) if d.size else float("nan"),
         "long_jerk": m["long_jerk"],
@@ -127,6 +155,69 @@ def rad_table(metrics: Mapping[str, Mapping], extra: bool = True) -> str:
     cols = RAD_COLUMNS + (EXTRA_COLUMNS if extra else ())
     header = ["policy", *(h for h, _ in cols)]
     rows = [[label, *(fmt(m.get(k, float("nan"))) for _, k in cols)] for label, m in metrics.items()]
+    return _md_table(header, rows)
+
+
+def with_interval(m: Mapping, key: str, digits: int = 3) -> str:
+    """``value [lo, hi]`` of a metric with its ``<key>_ci``, or just the value when it has none."""
+    v, ci = m.get(key, float("nan")), m.get(f"{key}_ci")
+    if not ci or not all(isinstance(x, int | float) and math.isfinite(x) for x in ci):
+        return fmt(v, digits)
+    return f"{fmt(v, digits)} [{fmt(ci[0], digits)}, {fmt(ci[1], digits)}]"
+
+
+def interval_table(metrics: Mapping[str, Mapping]) -> str:
+    """The metrics a stopped car cannot game, each with its 95 % interval (Wilson for rates, bootstrap
+    over clips for means). metrics: policy label -> ``rad_metrics`` result."""
+    header = ["policy", *(h for h, _ in INTERVAL_COLUMNS), "N"]
+    rows = [
+        [label, *(with_interval(m, k) for _, k in INTERVAL_COLUMNS), fmt(m.get("n", 0))] for label, m in metrics.items()
+    ]
+    return _md_table(header, rows)
+
+
+def paired_comparison(records: Mapping[str, Sequence[Mapping]]) -> dict[str, dict]:
+    """Every policy against the first one on the clips both drove: ``"<B> - <A>"`` -> per value of
+    ``PAIRED_VALUES`` the mean difference B - A with its paired bootstrap 95 % interval, and McNemar's
+    exact test on failures (clips failed by A only / by B only). records: label -> records."""
+    labels = list(records)
+    if len(labels) < 2:
+        return {}
+    base = labels[0]
+    a_by = {str(r["scenario"]): clip_values(r) for r in records[base]}
+    out = {}
+    for label in labels[1:]:
+        b_by = {str(r["scenario"]): clip_values(r) for r in records[label]}
+        ids = [sid for sid in a_by if sid in b_by]
+        row: dict = {"a": base, "b": label, "n": len(ids)}
+        for key, _ in PAIRED_VALUES:
+            row[key] = paired_difference([a_by[i][key] for i in ids], [b_by[i][key] for i in ids])
+        row["mcnemar"] = mcnemar([a_by[i]["failure"] > 0 for i in ids], [b_by[i]["failure"] > 0 for i in ids])
+        out[f"{label} - {base}"] = row
+    return out
+
+
+def paired_table(paired: Mapping[str, Mapping]) -> str:
+    """Markdown of :func:`paired_comparison`: one row per policy pair."""
+
+    def cell(d: Mapping) -> str:
+        if not d.get("n"):
+            return "-"
+        sig = " *" if d["lo"] > 0 or d["hi"] < 0 else ""
+        return f"{d['diff']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]{sig}"
+
+    header = ["B - A", "clips", *(label for _, label in PAIRED_VALUES), "failed by A only / B only (McNemar p)"]
+    rows = []
+    for name, row in paired.items():
+        mc = row["mcnemar"]
+        rows.append(
+            [
+                name,
+                str(row["n"]),
+                *(cell(row[k]) for k, _ in PAIRED_VALUES),
+                f"{mc['only_a']} / {mc['only_b']} ({mc['p_value']:.3g})",
+            ]
+        )
     return _md_table(header, rows)
 
 
@@ -190,12 +281,12 @@ def plot_metrics(path: str | Path, metrics: Mapping[str, Mapping], title: str = 
 
     labels = list(metrics)
     panels = [
-        (("CR", "DCR", "SCR", "DR", "PDR", "HDR", "success_rate"), "rate (fraction of clips)"),
+        (("CR", "DCR", "SCR", "DR", "PDR", "HDR", "PGR", "success_rate", "RC", "DS"), "fraction"),
         (("ADD",), "m"),
         (("long_jerk",), "m/s^3"),
         (("lat_jerk",), "rad/s^3"),
     ]
-    names = {"long_jerk": "Long J", "lat_jerk": "Lat J", "success_rate": "Success"}
+    names = {"long_jerk": "Long J", "lat_jerk": "Lat J", "success_rate": "Success", "DS": "Score"}
     fig, axes = plt.subplots(1, 4, figsize=(14, 3.8), gridspec_kw={"width_ratios": [7, 1.4, 1.4, 1.4]})
     width = 0.8 / max(len(labels), 1)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -204,7 +295,20 @@ def plot_metrics(path: str | Path, metrics: Mapping[str, Mapping], title: str = 
         for i, label in enumerate(labels):
             vals = [float(metrics[label].get(k, float("nan"))) for k in keys]
             vals = [0.0 if not math.isfinite(v) else v for v in vals]
-            ax.bar(x - 0.4 + width * (i + 0.5), vals, width, label=label, color=colors[i % len(colors)])
+            cis = [metrics[label].get(f"{k}_ci") or (v, v) for k, v in zip(keys, vals)]
+            err = np.array(
+                [[max(v - (c[0] if c[0] is not None and math.isfinite(c[0]) else v), 0.0) for v, c in zip(vals, cis)],
+                 [max((c[1] if c[1] is not None and math.isfinite(c[1]) else v) - v, 0.0) for v, c in zip(vals, cis)]]
+            )  # fmt: skip
+            ax.bar(
+                x - 0.4 + width * (i + 0.5),
+                vals,
+                width,
+                yerr=err,
+                capsize=2,
+                label=label,
+                color=colors[i % len(colors)],
+            )
         ax.set_xticks(x, [names.get(k, k) for k in keys])
         ax.set_ylabel(unit)
         ax.grid(axis="y", alpha=0.3)

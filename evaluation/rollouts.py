@@ -77,8 +77,13 @@ def evaluate(
                     path_distance=[float(info.get("path_distance", 0.0))],
                     speed=[],
                     yaw=[],
+                    route_completion=[],
+                    progress_lag=[],
+                    expert_gap=[],
+                    expert_speed=[],
                     error="",
                 )
+                rec["_expert"] = sc.expert
                 _state(rec, info)
                 if keep_frames is not None and keep_frames(pad[i]):
                     rec["frames"] = [venv.envs[i].render()]
@@ -114,14 +119,25 @@ def evaluate(
     out = [records[s] for s in ids]
     for r in out:
         r["seconds"] = time.perf_counter() - t0
+        r.pop("_expert", None)
     return out
 
 
 def _state(rec: dict, info: Mapping[str, Any]) -> None:
+    """Append the state after a step (or at reset): the ego's speed and yaw, progress along the route
+    (``info["route_completion"]``, ``info["progress_lag"]``), and the time-matched gap to the logged
+    expert (the ego's rear axle vs the expert's at the same step, metres) with the expert's speed."""
     s = info.get("ego_state")
-    if s is not None:
-        rec["speed"].append(float(s[3]))
-        rec["yaw"].append(float(s[2]))
+    if s is None:
+        return
+    rec["speed"].append(float(s[3]))
+    rec["yaw"].append(float(s[2]))
+    rec["route_completion"].append(float(info.get("route_completion", np.nan)))
+    rec["progress_lag"].append(float(info.get("progress_lag", np.nan)))
+    expert = rec["_expert"]
+    k = min(rec["steps"], len(expert) - 1)  # the step this state is at (0 at reset)
+    rec["expert_gap"].append(float(np.hypot(*(np.asarray(s[:2], np.float64) - expert.xy[k]))))
+    rec["expert_speed"].append(float(expert.speed[k]))
 
 
 # -- policies as they travel to the workers ----------------------------------------------------------

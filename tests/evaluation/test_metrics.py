@@ -62,7 +62,7 @@ def test_jerks_by_hand():
     _, yj = clip_jerks(np.zeros(4), np.array([math.pi - 0.01, -math.pi + 0.01, -math.pi + 0.03, -math.pi + 0.05]), dt)
     assert yj.tolist() == pytest.approx([0.0], abs=1e-6)
     m = rad_metrics([clip("", 3, speed=[0.0, 1.0, 4.0, 9.0], yaw=[0.0] * 4, horizon=3)], dt)
-    assert m["long_jerk"] == pytest.approx(200.0) and m["progress"] == 1.0
+    assert m["long_jerk"] == pytest.approx(200.0) and m["survival"] == 1.0
 
 
 def test_empty_and_unknown_event():
@@ -75,3 +75,51 @@ def test_by_kind_splits():
     recs = [clip("dynamic_collision", kind="cut_in"), clip("", kind="cut_in"), clip("", kind="merge")]
     per = by_kind(recs)
     assert per["cut_in"]["DCR"] == 0.5 and per["merge"]["CR"] == 0.0
+
+
+def progress_clip(event, rc, gap, speed, expert_speed, steps=None, horizon=4):
+    steps = len(speed) - 1 if steps is None else steps
+    c = clip(event, steps, speed=speed, horizon=horizon)
+    c.update(route_completion=rc, progress_lag=[0.0] * len(rc), expert_gap=gap, expert_speed=expert_speed)
+    return c
+
+
+def test_route_completion_driving_score_ade_and_speed_ratio_by_hand():
+    from evaluation.metrics import clip_values
+
+    # a clean clip: RC 0.9 at the end, penalty 1 -> DS 0.9; ADE = mean(0, 1, 2, 3, 4) = 2; speeds 5 vs 10 -> 0.5
+    ok = progress_clip("", [0.0, 0.2, 0.5, 0.7, 0.9], [0, 1, 2, 3, 4], [5.0] * 5, [10.0] * 5)
+    # a dynamic collision at step 2: RC frozen at 0.4, DS 0.4 x 0.60; ADE over the states before it: mean(1, 3) = 2
+    hit = progress_clip("dynamic_collision", [0.0, 0.1, 0.4], [1, 3, 50], [8.0, 8.0, 0.0], [8.0, 8.0, 8.0])
+    # stopped: progress deviation at step 3, RC 0.05, DS 0.05 x 0.70; speed ratio 0 / (10 + 10 + 10) = 0
+    stopped = progress_clip("progress_deviation", [0.0, 0.05, 0.05, 0.05], [0, 1, 2, 3], [0.0] * 4, [10.0] * 4)
+    v = clip_values(ok)
+    assert (v["RC"], v["DS"], v["ADE"], v["speed_ratio"], v["success"]) == pytest.approx((0.9, 0.9, 2.0, 0.5, 1.0))
+    v = clip_values(hit)
+    assert (v["RC"], v["DS"], v["ADE"], v["speed_ratio"], v["collision"]) == pytest.approx((0.4, 0.24, 2.0, 1.0, 1.0))
+    v = clip_values(stopped)
+    assert (v["RC"], v["DS"], v["speed_ratio"], v["progress_failure"]) == pytest.approx((0.05, 0.035, 0.0, 1.0))
+    m = rad_metrics([ok, hit, stopped])
+    assert m["RC"] == pytest.approx((0.9 + 0.4 + 0.05) / 3)
+    assert m["DS"] == pytest.approx((0.9 + 0.24 + 0.035) / 3)
+    assert m["PGR"] == pytest.approx(1 / 3) and m["CR"] == pytest.approx(1 / 3) and m["DR"] == 0.0
+    assert m["success_rate"] == pytest.approx(1 / 3)
+    assert m["survival"] == pytest.approx((4 / 4 + 2 / 4 + 3 / 4) / 3)
+    # every rate has its Wilson interval: 1 of 3 -> (0.0615, 0.7923)
+    assert m["CR_ci"] == pytest.approx([0.0615, 0.7923], abs=1e-4)
+    lo, hi = m["RC_ci"]
+    assert lo <= m["RC"] <= hi
+
+
+def test_a_clip_with_no_expert_motion_has_no_speed_ratio():
+    from evaluation.metrics import clip_values
+
+    still = progress_clip("", [1.0] * 3, [0.0] * 3, [0.0] * 3, [0.0] * 3)
+    assert math.isnan(clip_values(still)["speed_ratio"]) and clip_values(still)["RC"] == 1.0
+
+
+def test_unknown_event_is_refused_naming_the_clip():
+    from evaluation.metrics import clip_values
+
+    with pytest.raises(ValueError, match="unknown event 'teleport'"):
+        clip_values(dict(scenario="x", event="teleport"))

@@ -93,3 +93,21 @@ def test_seed_interval_by_hand():
     assert r["mean"] == 2.0 and r["hi"] - 2.0 == pytest.approx(4.303 / math.sqrt(3)) and r["n"] == 3
     assert seed_interval([0.25]) == {"mean": 0.25, "lo": 0.25, "hi": 0.25, "n": 1}
     assert t975(1) == 12.706 and t975(1000) == Z95
+
+
+def test_paired_comparison_of_the_report_counts_fixed_and_broken_clips():
+    from evaluation.report import paired_comparison, paired_table
+
+    def rec(sid, event, rc):
+        return dict(scenario=sid, event=event, steps=3, horizon=3, route_completion=[0.0, rc], speed=[1.0] * 4)
+
+    a = [rec("s0", "dynamic_collision", 0.5), rec("s1", "", 1.0), rec("s2", "", 1.0), rec("s3", "static_collision", 0.2)]
+    b = [rec("s0", "", 1.0), rec("s1", "", 1.0), rec("s2", "position_deviation", 0.6), rec("s3", "", 1.0)]
+    out = paired_comparison({"A": a, "B": b})
+    row = out["B - A"]
+    assert row["n"] == 4 and (row["mcnemar"]["only_a"], row["mcnemar"]["only_b"]) == (2, 1)
+    assert row["collision"]["diff"] == pytest.approx(-0.5)  # two collisions gone, none new
+    assert row["RC"]["diff"] == pytest.approx(((1.0 - 0.5) + 0 + (0.6 - 1.0) + (1.0 - 0.2)) / 4)
+    # DS: A = [0.5 * 0.6, 1, 1, 0.2 * 0.65], B = [1, 1, 0.6 * 0.7, 1]
+    assert row["DS"]["diff"] == pytest.approx(((1 - 0.3) + 0 + (0.42 - 1) + (1 - 0.13)) / 4)
+    assert "B - A" in paired_table(out) and "2 / 1" in paired_table(out)
