@@ -18,13 +18,17 @@ import sys
 import time
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 import torch
 
 from sim.camera import PinholeCamera, make_rig
 from sim.configs import field, parse_cli
 from sim.frames import pose_matrix
+from sim.procedural import demo_scene
+from sim.raster_cpu import set_num_threads
 from sim.rendering import gsplat_available, render
+from sim.scene import Scene
 
 
 @dataclass(frozen=True)
@@ -69,9 +73,6 @@ def bench_scene(size: int, kind: str, seed: int):
     """The procedural demo street with a ``size``-Gaussian background (plus its vehicles). Below about
     50k the street's fixed furniture overshoots the target, so the background is thinned to ``size`` by
     a seeded random subset: a sparser street, but the count the case names."""
-    from sim.procedural import demo_scene
-    from sim.scene import Scene
-
     scene = demo_scene(seed=seed, target_gaussians=size, kind=kind)
     if len(scene.background) > 1.1 * size:
         keep = np.sort(np.random.default_rng(seed).choice(len(scene.background), size, replace=False))
@@ -109,8 +110,6 @@ def memory_probe(size: int, kind: str, seed: int, threads: int) -> dict:
 
 def _probe_child(size: int, kind: str, seed: int, threads: int) -> dict:
     if threads:
-        from sim.raster_cpu import set_num_threads
-
         set_num_threads(threads)
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     scene = bench_scene(size, kind, seed)
@@ -127,8 +126,6 @@ def _probe_child(size: int, kind: str, seed: int, threads: int) -> dict:
 
 
 def machine() -> dict:
-    import numba
-
     cpu = platform.processor() or ""
     try:
         with open("/proc/cpuinfo") as f:
@@ -148,8 +145,6 @@ def machine() -> dict:
 
 def run(cfg: BenchConfig) -> dict:
     if cfg.threads:
-        from sim.raster_cpu import set_num_threads
-
         set_num_threads(cfg.threads)
     backends = list(cfg.backends) or ["cpu", "reference"] + (["gsplat"] if gsplat_available() else [])
     results = []

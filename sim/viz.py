@@ -1,4 +1,10 @@
-"""Pictures: camera tiles, PNG and MP4 writing (used by sim.render, envs' rgb_array and reports)."""
+"""Pictures: camera tiles, enlarging, text overlays, PNG and MP4 writing (used by ``python -m
+sim.render``, envs' rgb_array and the evaluation's videos).
+
+Libraries: OpenCV (``cv2``) enlarges frames and draws text; Pillow writes PNGs; imageio-ffmpeg writes
+MP4s (H.264, yuv420p: what browsers play). OpenCV and imageio are optional extras (viz), imported
+where they are used, so ``sim`` imports without them.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,7 @@ import os
 from pathlib import Path
 
 import numpy as np
+from PIL import Image
 
 from sim.camera import CameraRig
 
@@ -41,13 +48,45 @@ def tile_cameras(images, rig: CameraRig | None = None, gap: int = 2) -> np.ndarr
 
 
 def upscale(img: np.ndarray, factor: int) -> np.ndarray:
-    """Nearest-neighbour enlargement, for looking at 128x64 frames."""
-    return img if factor <= 1 else np.repeat(np.repeat(img, factor, 0), factor, 1)
+    """Nearest-neighbour enlargement by a whole ``factor`` (each pixel becomes factor x factor), for
+    looking at 128x64 frames: [H, W(, K)] -> [factor*H, factor*W(, K)]."""
+    if factor <= 1:
+        return img
+    import cv2  # optional (the viz extra)
+
+    h, w = img.shape[:2]
+    # NEAREST_EXACT samples at pixel centres: each source pixel becomes a factor x factor block
+    return cv2.resize(np.ascontiguousarray(img), (w * factor, h * factor), interpolation=cv2.INTER_NEAREST_EXACT)
+
+
+def caption(frame: np.ndarray, text: str, scale: float = 0.35) -> np.ndarray:
+    """A copy of frame [H, W, 3] uint8 with ``text`` in white on a black box in its top-left corner."""
+    import cv2  # optional (the viz extra)
+
+    img = np.array(to_uint8(frame), copy=True, order="C")
+    (w, h), base = cv2.getTextSize(text, cv2.FONT_HERSHEY_SIMPLEX, scale, 1)
+    cv2.rectangle(img, (0, 0), (w + 7, h + base + 5), (0, 0, 0), -1)
+    cv2.putText(img, text, (4, h + 3), cv2.FONT_HERSHEY_SIMPLEX, scale, (255, 255, 255), 1, cv2.LINE_AA)
+    return img
+
+
+def banner(frame: np.ndarray, text: str, color=(200, 30, 30), where: str = "bottom", band: int = 18) -> np.ndarray:
+    """A copy of frame [H, W, 3] uint8 with ``text`` in white on a ``color`` band ``band`` px high across
+    its bottom (or top)."""
+    import cv2  # optional (the viz extra)
+
+    if where not in ("bottom", "top"):
+        raise ValueError(f"banner: where must be 'bottom' or 'top', got {where!r}")
+    img = np.array(to_uint8(frame), copy=True, order="C")
+    H = img.shape[0]
+    y0 = H - band if where == "bottom" else 0
+    img[max(y0, 0) : y0 + band] = color
+    (_, h), _ = cv2.getTextSize(text, cv2.FONT_HERSHEY_SIMPLEX, 0.4, 1)
+    cv2.putText(img, text, (6, y0 + (band + h) // 2), cv2.FONT_HERSHEY_SIMPLEX, 0.4, (255, 255, 255), 1, cv2.LINE_AA)
+    return img
 
 
 def write_png(path: str | Path, img: np.ndarray) -> Path:
-    from PIL import Image
-
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_name(p.name + ".tmp")
@@ -68,7 +107,7 @@ class Mp4Writer:
         self.frames = 0
 
     def add(self, img: np.ndarray) -> None:
-        import imageio.v2 as imageio
+        import imageio.v2 as imageio  # optional (the viz extra), with imageio-ffmpeg for the H.264 encoder
 
         frame = to_uint8(img)
         # H.264 wants even dimensions

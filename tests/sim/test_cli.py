@@ -36,6 +36,31 @@ def test_render_refuses_bad_settings():
     assert p.returncode == 0 and "gaussians" in p.stdout
 
 
+SIM_RENDER_AFTER_ITS_MODULES = """
+import sim.render, sim.render_cli  # the entry module and the program first, in a fresh process
+import json
+import numpy as np
+import sim
+from sim.gaussians import GaussianCloud
+from sim.render import main
+
+assert main is sim.render_cli.main and sim.render is sim.rendering.render
+red = GaussianCloud.from_rgb([[0.0, 0.0, 5.0]], [[1.0, 0.0, 0.0, 0.0]], [[0.5, 0.5, 0.5]], [0.9], [[1.0, 0.0, 0.0]])
+K = np.array([[[8.0, 0.0, 4.0], [0.0, 8.0, 3.0], [0.0, 0.0, 1.0]]])
+out = sim.render(red, np.eye(4)[None], K, 8, 6, backend="cpu")  # a camera at the origin looking along +z
+print(json.dumps({"shape": list(out.rgb.shape), "middle": out.rgb[0, 3, 4].tolist()}))
+"""
+
+
+def test_sim_render_is_the_render_function_after_importing_the_cli_modules():
+    p = run("-c", SIM_RENDER_AFTER_ITS_MODULES)
+    assert p.returncode == 0, p.stderr[-2000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    r, g, b = out["middle"]
+    assert out["shape"] == [1, 6, 8, 3]
+    assert r > 0.5 and g < 0.05 and b < 0.05  # the red Gaussian, straight ahead, covers the middle pixel
+
+
 @pytest.mark.slow
 def test_bench_prints_json_with_speedups():
     p = run(
