@@ -1,5 +1,8 @@
 """What a training checkpoint holds, and its encoding into store files (no pickle anywhere).
 
+The learner's side of a checkpoint: which files, and what its state (optimizer, RNG, counters)
+looks like in them, built on the store's codec (``store.codec``: safetensors and JSON).
+
 Files of one version:
     policy.safetensors      the policy's weights and observation-normalisation buffers
     optimizer.safetensors   optimizer tensors (Adam moments, step counts)
@@ -24,7 +27,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from learner.store import (
+from policy.sources import SPACES_FILE, spaces_json
+from store import (
     bytes_to_tensors,
     from_json_bytes,
     json_bytes,
@@ -108,8 +112,6 @@ def encode(
         "metrics.json": json_bytes(state.history),
     }
     if observation_space is not None:
-        from policy.sources import SPACES_FILE, spaces_json
-
         files[SPACES_FILE] = json_bytes(spaces_json(observation_space, action_spec, rig))
     return files
 

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.configs import field
+from envs.config import EnvConfig
+from policy.network import PolicyConfig
+from sim.configs import field, from_dict
+from store import check_name
 
 
 def check_resources(key: str, resources: dict) -> None:
@@ -125,12 +128,6 @@ class TrainConfig:
         if not 0 <= self.seed < 2**31:  # numpy's global seed takes [0, 2**32); actors add offsets to it
             raise ValueError(f"seed must be an int in [0, 2**31), got {self.seed}")
         if self.run:
-            from learner.store import check_name
-
             check_name("run", self.run)  # one path segment: out/<run> and the store's <run>/ stay inside
-        from envs.config import EnvConfig
-        from policy.network import PolicyConfig
-        from sim.configs import from_dict
-
         EnvConfig.from_dict(self.env)  # unknown keys are errors now, not an hour into the run
         from_dict(PolicyConfig, self.policy)

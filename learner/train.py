@@ -31,6 +31,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from envs.demos import expert_demonstrations
+from evaluation.metrics import rad_metrics
+from evaluation.rollouts import evaluate
 from learner import checkpoint as ckpt_io
 from learner.config import TrainConfig
 from learner.group import LearnerGroup
@@ -39,9 +42,10 @@ from learner.tracking import Tracker
 from rollout.cluster import actor_render_report, connect
 from rollout.fragment import stack_time
 from rollout.group import ActorResources, RolloutGroup
-from rollout.worker import WorkerSpec, build_policy, to_torch
+from rollout.worker import WorkerSpec, build_env, build_policy, to_torch
 from sim.configs import parse_cli, to_dict
 from sim.rendering import backend_report
+from store import AsyncCommitter, CheckpointStore, RetryPolicy, RunLocked, parse_ref
 
 log = logging.getLogger("learner.train")
 
@@ -113,8 +117,6 @@ class Trainer:
 
     # -- set-up ------------------------------------------------------------------------------------
     def open_store(self):
-        from learner.store import AsyncCommitter, CheckpointStore
-
         self.store = CheckpointStore(self.cfg.store)
         self.rs = self.store.run(self.name)
         owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -165,8 +167,6 @@ class Trainer:
             obs_space, action_spec = self.group.call("observation_space")[0], self.group.call("action_spec")[0]
             rig = self.group.call("rig")[0]
         else:
-            from rollout.worker import build_env
-
             env = build_env(spec, num_envs=1)
             obs_space, action_spec = env.single_observation_space, env.action_spec
             rig = (env.rig.name, env.rig.width, env.rig.height)
@@ -247,8 +247,6 @@ class Trainer:
         if snapshot_run:
             # A short retry: while the store is down the copy is given up after ~10 s rather than
             # holding training up for the store's full retry budget.
-            from learner.store import RetryPolicy
-
             quick = copy.copy(self.store)
             quick.retry = RetryPolicy(max_attempts=3, total_timeout=10.0)
             try:
@@ -289,9 +287,12 @@ class Trainer:
         src = self.cfg.init_from
         if not src:
             raise ValueError("stage=rl needs init_from=<IL run name>[@version] (a run in the same store)")
-        run, _, ver = src.partition("@")
+        try:
+            run, version = parse_ref(src)  # run, run@latest (newest intact) or run@<version>
+        except ValueError as e:
+            raise ValueError(f"init_from={src!r}: {e} (expected <IL run name>[@<version>|@latest])") from None
         rs = self.store.run(run)
-        ck = rs.load(int(ver)) if ver else rs.load_latest()
+        ck = rs.load(version) if version is not None else rs.load_latest()
         if ck is None:
             raise ValueError(f"init_from={src!r}: run {run!r} has no committed checkpoint in {self.store.uri}")
         self.tracker.progress(f"stage rl starts from {run} checkpoint {ck.version}")
@@ -307,8 +308,6 @@ class Trainer:
 
     # -- demonstrations and evaluation -------------------------------------------------------------
     def demos(self) -> dict[str, torch.Tensor]:
-        from envs.demos import expert_demonstrations
-
         t0 = time.perf_counter()
         d = expert_demonstrations(self.cfg.suite, {"render_backend": "auto", **self.cfg.env})
         self.tracker.progress(
@@ -322,9 +321,6 @@ class Trainer:
         return {k: torch.from_numpy(v) for k, v in d.items() if isinstance(v, np.ndarray)}
 
     def evaluate(self, state: ckpt_io.TrainState, label: str) -> dict:
-        from evaluation.metrics import rad_metrics
-        from evaluation.rollouts import evaluate
-
         policy = self.make_policy()
         policy.load_state_dict(self.learners.call("weights"))
         policy.eval()
@@ -579,8 +575,6 @@ def main(argv=None) -> int:
         __doc__.split("\n\n")[0],
         flags=[("--run", "run", "run name (rerun to resume)"), ("--store", "store", "checkpoint store URI")],
     )
-    from learner.store import RunLocked
-
     try:
         train(cfg)
     except RunLocked as e:

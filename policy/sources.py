@@ -4,7 +4,7 @@ One resolver, :func:`resolve_policy_source`, for every tool that takes a policy 
 policy.export``, ``python -m scenarios.evaluate``). A SOURCE is one of:
 
 ====================================== ===========================================================
-``<store>/<run>[@<version>|@latest]``  a run in a checkpoint store (``learner.store``): ``<store>``
+``<store>/<run>[@<version>|@latest]``  a run in a checkpoint store (``store``): ``<store>``
                                        is a path, ``file:///abs/path`` or ``s3://bucket/prefix``;
                                        ``<run>`` the run's name; ``@3`` its committed version 3,
                                        ``@latest`` (or no ``@``) its newest committed version. An
@@ -21,7 +21,7 @@ spec. ``@latest`` is the newest *committed* version: if that one is corrupt the 
 (name an older version explicitly) -- an export or an evaluation never silently falls back.
 
 Nothing is unpickled: checkpoints are checked file by file against their manifest's sha256 (by
-``learner.store``), an exported package against the sha256s listed in its policy.json; tensors are
+the ``store`` package), an exported package against the sha256s listed in its policy.json; tensors are
 safetensors, everything else JSON. A missing or corrupt source raises :class:`PolicySourceError`
 naming the source and the file, before anything else happens.
 
@@ -32,7 +32,8 @@ camera rig and resolution, when the env config leaves them to the scenarios, com
 scenario of the run's training suite. Either way the weights must fit the network built from it.
 
 This module is training-side code (torch, gymnasium, envs); a consumer that only runs an exported
-policy needs :mod:`policy.exported` alone. ``learner`` is imported lazily, only to read checkpoints.
+policy needs :mod:`policy.exported` alone. Checkpoints are read through the store's public API
+(``CheckpointStore``, ``RunStore.resolve`` and ``load``; ``store.parse_ref`` for ``<run>@<version>``).
 """
 
 from __future__ import annotations
@@ -41,16 +42,18 @@ import hashlib
 import json
 import logging
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import gymnasium as gym
 import numpy as np
+import torch
 
+from envs.config import EnvConfig
+from envs.observation import AGENT_FEATURES, EGO_FEATURES, MAP_FEATURES, observation_space
 from policy.exported import (
     FORMAT as EXPORT_FORMAT,
 )
@@ -61,25 +64,26 @@ from policy.exported import (
     POLICY_JSON,
     ExportError,
     check_observations,
+    load_exported,
     read_policy_json,
     verify_files,
 )
-
-if TYPE_CHECKING:
-    import torch
-
-    from policy.network import ActorCritic
-    from scenarios.actions import ActionSpec
+from policy.network import ActorCritic, ExportPolicy, PolicyConfig
+from scenarios.actions import ActionSpec
+from scenarios.builtin import BUILTIN_SUITES, BUILTIN_VERSION, builtin_suite, cache_root
+from scenarios.io import ScenarioError, scenario_files
+from scenarios.io import load as load_scenario
+from sim.camera import make_rig
+from sim.configs import ConfigError, from_dict
+from store import MANIFEST, CheckpointStore, StoreError, bytes_to_tensors, parse_ref, parse_version_dir
 
 log = logging.getLogger(__name__)
 
 SPACES_FILE = "obs_space.json"  # in a training checkpoint, next to config.json (learner.checkpoint)
 SPACES_FORMAT = 1
 CHECKPOINT_REQUIRED = ("policy.safetensors", "config.json")
-_VERSION_DIR = re.compile(r"ckpt-(\d{8,})")
 ACTION_KEYS = ("n_lat", "lat_max", "n_long", "long_max", "max_curvature")
 SYNTAX = "<store>/<run>[@<version>|@latest]"
-MANIFEST = "MANIFEST.json"
 
 
 class PolicySourceError(ValueError):
@@ -124,8 +128,6 @@ OBS_DOCS: dict[str, dict[str, str]] = {
 
 
 def _features() -> dict[str, list[str]]:
-    from envs.observation import AGENT_FEATURES, EGO_FEATURES, MAP_FEATURES
-
     return {"ego": list(EGO_FEATURES), "route": ["x", "y"], "agents": list(AGENT_FEATURES), "map": list(MAP_FEATURES)}
 
 
@@ -240,17 +242,11 @@ def redact_uri(uri: str) -> str:
 
 
 def _split_run_version(last: str, text: str) -> tuple[str, int | None]:
-    run, at, ver = last.partition("@")
-    if not run:
-        raise PolicySourceError(f"policy source {redact_uri(text)!r}: no run name; expected {SYNTAX}")
-    if not at or ver == "latest":
-        return run, None
-    if not ver.isdigit() or int(ver) < 1:
-        raise PolicySourceError(
-            f"policy source {redact_uri(text)!r}: version {ver!r} is neither an int >= 1 nor 'latest' "
-            "(expected <store>/<run>[@<version>|@latest])"
-        )
-    return run, int(ver)
+    """``<run>[@<version>|@latest]`` (the store's syntax, ``store.parse_ref``); errors name the SOURCE."""
+    try:
+        return parse_ref(last)
+    except ValueError as e:
+        raise PolicySourceError(f"policy source {redact_uri(text)!r}: {e} (expected {SYNTAX})") from None
 
 
 def parse_source(spec: str | os.PathLike) -> SourceSpec:
@@ -264,18 +260,18 @@ def parse_source(spec: str | os.PathLike) -> SourceSpec:
         if local.is_dir():
             if (local / POLICY_JSON).is_file():
                 return SourceSpec("exported", text, path=local)
-            m = _VERSION_DIR.fullmatch(local.name)
-            if m or (local / MANIFEST).is_file():
-                if not m:
+            version = parse_version_dir(local.name)
+            if version is not None or (local / MANIFEST).is_file():
+                if version is None:
                     raise PolicySourceError(
                         f"policy source {redact_uri(text)!r}: {local} holds {MANIFEST} but is not named "
                         "ckpt-<8 digits>, so its version is unknown (checkpoints sit in <store>/<run>/ckpt-XXXXXXXX)"
                     )
                 run_dir = local.resolve().parent
-                store, run, version = str(run_dir.parent), run_dir.name, int(m.group(1))
+                store, run = str(run_dir.parent), run_dir.name
                 return SourceSpec("checkpoint_dir", text, store=store, run=run, version=version, path=local)
             if "@" not in local.name:  # a run folder: its newest version
-                if not any(_VERSION_DIR.fullmatch(p.name) for p in local.iterdir()):
+                if not any(parse_version_dir(p.name) is not None for p in local.iterdir()):
                     raise PolicySourceError(
                         f"policy source {redact_uri(text)!r}: {local} is not an exported package (no {POLICY_JSON}), "
                         f"not a checkpoint folder (no {MANIFEST}) and not a run folder (no ckpt-XXXXXXXX in it)"
@@ -286,7 +282,7 @@ def parse_source(spec: str | os.PathLike) -> SourceSpec:
                 f"policy source {redact_uri(text)!r} is a file; give a folder (a ckpt-XXXXXXXX folder, an exported "
                 f"policy folder) or {SYNTAX}"
             )
-        if _VERSION_DIR.fullmatch(local.name):
+        if parse_version_dir(local.name) is not None:
             raise PolicySourceError(f"policy source {redact_uri(text)!r}: checkpoint folder {local} does not exist")
         parent, _, last = text.rstrip("/").rpartition("/")
         if not parent:
@@ -395,8 +391,6 @@ class PolicySource:
                     f"backend {backend!r} runs an exported package; {self.provenance.get('spec')!r} is a {self.kind} "
                     "(export it with python -m policy.export, or use backend='eager')"
                 )
-            from policy.exported import load_exported
-
             return load_exported(self.path, backend=backend, threads=threads)
         raise PolicySourceError(f"make_actor: backend must be auto, eager, onnxruntime or torch, got {backend!r}")
 
@@ -407,8 +401,6 @@ class EagerActor:
     backend = "eager"
 
     def __init__(self, net: ActorCritic, inputs: list[dict]):
-        from policy.network import ExportPolicy
-
         self.net = net.eval()
         self.module = ExportPolicy(self.net).eval()
         self.inputs = inputs
@@ -416,8 +408,6 @@ class EagerActor:
     def run(self, obs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Every output as numpy: action [B, 2] int64, logits_long [B, n_long], logits_lat_all
         [B, n_long, n_lat] (masked with -1e9), values [B, 2]."""
-        import torch
-
         arrays, _ = check_observations(self.inputs, obs, "eager policy")
         with torch.no_grad():
             outs = self.module({k: torch.from_numpy(v) for k, v in arrays.items()})
@@ -446,9 +436,7 @@ def resolve_policy_source(spec: str | os.PathLike | SourceSpec) -> PolicySource:
 
 
 def _load_checkpoint(s: SourceSpec):
-    """(Checkpoint, manifest bytes, store uri) through the store's loader (every file's sha256 checked)."""
-    from learner.store import CheckpointNotFound, CheckpointStore, StoreError
-
+    """(Checkpoint, store uri) through the store's loader (every file's sha256 checked)."""
     assert s.store is not None and s.run is not None
     try:
         store = CheckpointStore(s.store)
@@ -458,24 +446,8 @@ def _load_checkpoint(s: SourceSpec):
                 f"policy source {s.shown!r}: {Path(s.path) / MANIFEST} is missing: not a committed checkpoint "  # type: ignore[arg-type]
                 "(a write that never finished, or not a checkpoint folder)"
             )
-        version = s.version
-        if version is None:
-            versions = rs.versions()
-            if not versions:
-                raise PolicySourceError(
-                    f"policy source {s.shown!r}: run '{s.run}' has no committed checkpoint in {store.uri}"
-                )
-            version = versions[-1]
-        try:
-            ck = rs.load(version)
-        except CheckpointNotFound as e:
-            have = rs.versions()
-            raise PolicySourceError(
-                f"policy source {s.shown!r}: {e} (committed versions: {', '.join(map(str, have)) or 'none'})"
-            ) from None
-        # Manifests are create-only, so these are the bytes load() just checked the files against.
-        rel = f"{s.run}/ckpt-{version:08d}/{MANIFEST}"
-        manifest = store._backend.read(rel)
+        # None (@latest): the newest committed version, without falling back if it is corrupt.
+        ck = rs.load(rs.resolve(s.version))
     except PolicySourceError:
         raise
     except (StoreError, ValueError, OSError) as e:
@@ -483,10 +455,10 @@ def _load_checkpoint(s: SourceSpec):
     missing = [f for f in CHECKPOINT_REQUIRED if f not in ck.files]
     if missing:
         raise PolicySourceError(
-            f"policy source {s.shown!r}: checkpoint run '{s.run}' version {version} has no {', '.join(missing)} "
+            f"policy source {s.shown!r}: checkpoint run '{s.run}' version {ck.version} has no {', '.join(missing)} "
             "(not a training checkpoint of learner.train?)"
         )
-    return ck, manifest, store.uri
+    return ck, store.uri
 
 
 def _json_file(files: Mapping[str, bytes], name: str, where: str) -> Any:
@@ -497,9 +469,7 @@ def _json_file(files: Mapping[str, bytes], name: str, where: str) -> Any:
 
 
 def _resolve_checkpoint(s: SourceSpec) -> PolicySource:
-    from sim.configs import ConfigError, from_dict
-
-    ck, manifest_bytes, store_uri = _load_checkpoint(s)
+    ck, store_uri = _load_checkpoint(s)
     where = f"checkpoint run '{ck.run}' version {ck.version} ({store_uri})"
     config = _json_file(ck.files, "config.json", where)
     if not isinstance(config, dict):
@@ -508,9 +478,6 @@ def _resolve_checkpoint(s: SourceSpec) -> PolicySource:
     for key, v in (("env", env_over), ("policy", pol_over)):
         if not isinstance(v, dict):
             raise PolicySourceError(f"{where}: config.json field '{key}' must be an object, got {type(v).__name__}")
-    from envs.config import EnvConfig
-    from policy.network import PolicyConfig
-
     try:
         env_cfg = EnvConfig.from_dict(env_over)
     except ValueError as e:
@@ -530,8 +497,6 @@ def _resolve_checkpoint(s: SourceSpec) -> PolicySource:
     else:
         obs_space, rig = _rebuild_obs_space(env_cfg, config, where)
         action_spec = env_cfg.action_spec
-    from learner.store import bytes_to_tensors
-
     try:
         weights = bytes_to_tensors(ck.files["policy.safetensors"])
     except ValueError as e:
@@ -545,7 +510,7 @@ def _resolve_checkpoint(s: SourceSpec) -> PolicySource:
         store_uri=store_uri,
         run=ck.run,
         version=ck.version,
-        manifest_sha256=hashlib.sha256(manifest_bytes).hexdigest(),
+        manifest_sha256=ck.manifest_sha256,
         wall_time=ck.wall_time,
         meta=ck.meta,
         files={n: {"size": len(b), "sha256": hashlib.sha256(b).hexdigest()} for n, b in sorted(ck.files.items())},
@@ -566,8 +531,6 @@ def _resolve_checkpoint(s: SourceSpec) -> PolicySource:
 
 
 def _action_spec(d: Any, where: str, default: ActionSpec) -> ActionSpec:
-    from scenarios.actions import ActionSpec
-
     if d is None:
         return default
     if not isinstance(d, dict) or any(k not in d for k in ACTION_KEYS):
@@ -586,12 +549,8 @@ def _rebuild_obs_space(env_cfg, config: dict, where: str) -> tuple[gym.spaces.Di
     Cameras need the rig and resolution: the env config's when both are set, else the first
     scenario of the run's training suite (TrainConfig.suite, else EnvConfig.suite).
     """
-    from envs.observation import observation_space
-
     if not env_cfg.cameras:
         return observation_space(env_cfg, 0, 0, 0), None
-    from sim.camera import make_rig
-
     name, res = env_cfg.rig, env_cfg.resolution
     if name is None or res is None:
         suite = config.get("suite") or env_cfg.suite
@@ -616,28 +575,22 @@ def _guess_rig(obs_space: gym.spaces.Dict, env_cfg, config: dict) -> dict | None
     if name is None:
         suite = str(config.get("suite") or env_cfg.suite)
         try:
-            from scenarios.builtin import BUILTIN_SUITES, BUILTIN_VERSION, cache_root
-
             cached = cache_root() / f"builtin-{suite}-v{BUILTIN_VERSION}"
             if suite in BUILTIN_SUITES and not (cached / "suite.yaml").is_file():
                 return None
             name = _first_scenario_rig(suite, "").name
-        except (PolicySourceError, ImportError):
+        except PolicySourceError:
             return None
     return dict(name=name, width=int(W), height=int(H))
 
 
 def _first_scenario_rig(suite: str, where: str):
     """The RigSpec of the first scenario (by file name) of a suite folder, scenario file or built-in suite."""
-    from scenarios.io import ScenarioError, load, scenario_files
-
     p = Path(suite)
     try:
         if p.is_file():
-            return load(p).rig
+            return load_scenario(p).rig
         if not p.is_dir():
-            from scenarios.builtin import BUILTIN_SUITES, builtin_suite
-
             if suite not in BUILTIN_SUITES:
                 raise ScenarioError(f"{suite}: no such folder or file, nor a built-in suite")
             log.info("reading the camera rig of built-in suite %r (generated first if not cached)", suite)
@@ -645,7 +598,7 @@ def _first_scenario_rig(suite: str, where: str):
         files = scenario_files(p)
         if not files:
             raise ScenarioError(f"{p}: no scenario files")
-        return load(files[0]).rig
+        return load_scenario(files[0]).rig
     except ScenarioError as e:
         raise PolicySourceError(
             f"{where}: the checkpoint has no {SPACES_FILE} and config.json leaves env.rig/env.resolution to the "
@@ -654,9 +607,6 @@ def _first_scenario_rig(suite: str, where: str):
 
 
 def _build_network(obs_space, action_spec, policy_config: Mapping[str, Any], where: str):
-    from policy.network import ActorCritic, PolicyConfig
-    from sim.configs import ConfigError, from_dict
-
     try:
         cfg = from_dict(PolicyConfig, dict(policy_config))
         return ActorCritic(obs_space, action_spec, cfg)
@@ -694,9 +644,6 @@ def _resolve_exported(s: SourceSpec) -> PolicySource:
     where = f"exported policy {folder}"
     if spec.get("format") != EXPORT_FORMAT or spec.get("format_version") != EXPORT_FORMAT_VERSION:
         raise PolicySourceError(f"{where}: {POLICY_JSON} is not a {EXPORT_FORMAT} v{EXPORT_FORMAT_VERSION} package")
-    from envs.config import EnvConfig
-    from learner.store import bytes_to_tensors
-
     obs_space = space_from_json(spec.get("inputs"), f"{where}: {POLICY_JSON} 'inputs'")
     env_over = spec.get("env_config") or {}
     try:

@@ -23,10 +23,10 @@ from pathlib import Path
 
 from learner import checkpoint as ckpt_io
 from learner.config import TrainConfig
-from learner.store import MANIFEST, CheckpointStore
 from learner.tracking import Tracker
 from learner.train import Trainer
 from sim.configs import parse_cli
+from store import MANIFEST, CheckpointStore
 from tests.s3_servers import REPO, S3Server
 
 T = 6  # fragment length of the tiny runs
@@ -163,7 +163,7 @@ def restore_only(cfg: TrainConfig, folder: Path) -> tuple[int | None, ckpt_io.Tr
     restore) and nothing else; returns (version resumed from, state, the checkpoint files the restored
     state encodes to, log messages). Right after a resume those files must equal the checkpoint's."""
     records = _Records()
-    loggers = [logging.getLogger(n) for n in ("learner.train", "learner.store")]
+    loggers = [logging.getLogger(n) for n in ("learner.train", "store")]
     for lg in loggers:
         lg.addHandler(records)
         lg.setLevel(logging.INFO)

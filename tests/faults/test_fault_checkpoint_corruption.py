@@ -12,8 +12,8 @@ import json
 
 import pytest
 
-from learner.store import CheckpointStore, CorruptCheckpoint
 from learner.train import train
+from store import CheckpointStore, CorruptCheckpoint
 from tests.faults.harness import ENVS, T, assert_same_files, check_every_version, config, restore_only, tiny_args
 
 
@@ -39,7 +39,7 @@ def test_fault_checkpoint_corrupted_after_commit_is_skipped_on_resume(tmp_path, 
         rs.load(2)
 
     # the driver's resume skips both with a warning and restores checkpoint 1 exactly
-    with caplog.at_level("WARNING", logger="learner.store"):
+    with caplog.at_level("WARNING", logger="store"):
         version, _, files, logs = restore_only(config(args), tmp_path / "restore")
     assert version == 1, logs
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]

@@ -16,7 +16,7 @@ import uuid
 
 import pytest
 
-from learner.store import CheckpointStore
+from store import CheckpointStore
 from tests.faults.harness import ENVS, Driver, T, check_every_version, drivers, tiny_args
 
 ITERATIONS = 6

@@ -15,7 +15,7 @@ import uuid
 
 import pytest
 
-from learner.store import CheckpointStore
+from store import CheckpointStore
 from tests.faults.harness import (
     ENVS,
     MANIFEST,

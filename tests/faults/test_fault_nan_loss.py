@@ -18,8 +18,8 @@ import pytest
 import torch
 
 from learner import checkpoint as ckpt_io
-from learner.store import CheckpointStore
 from learner.train import Trainer
+from store import CheckpointStore
 from tests.faults.harness import ENVS, Driver, T, check_every_version, config, drivers, metrics_rows, tiny_args
 
 ITERATIONS = 4

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from learner.store import CheckpointStore
 from learner.train import Trainer
+from store import CheckpointStore
 from tests.faults.harness import ENVS, config, metrics_rows, tiny_args
 from tests.killing import KillWhileSampling
 

@@ -22,8 +22,8 @@ import uuid
 
 import pytest
 
-from learner.store import CheckpointStore
 from learner.train import Trainer
+from store import CheckpointStore
 from tests.faults.harness import (
     ENVS,
     T,
@@ -93,7 +93,7 @@ def _check(trainer: Trainer, outage: Outage, result, rs, caplog) -> None:
     # training went on during the outage, and the committer retried with backoff meanwhile
     assert outage.iteration_up >= outage.iteration_down + 2
     assert outage.retries_during >= 2 and trainer.committer.errors == []
-    assert any("failed (attempt" in r.getMessage() for r in caplog.records if r.name == "learner.store")
+    assert any("failed (attempt" in r.getMessage() for r in caplog.records if r.name.startswith("store."))
     assert result.state.iteration == ITERATIONS and result.state.env_steps == ITERATIONS * T * ENVS
     # every checkpoint submitted was committed, or dropped because newer ones were waiting
     submitted = 1 + ITERATIONS  # end of IL, one per RL iteration (the last one at the end of stage rl)
@@ -131,7 +131,7 @@ def test_fault_store_outage_moto_killed_and_restarted(tmp_path, fault_suite, cap
 
     outage = Outage(trainer, take_down, bring_up)
     try:
-        with caplog.at_level("WARNING", logger="learner.store"):
+        with caplog.at_level("WARNING", logger="store"):
             result = _run_through(trainer, outage)
         _check(trainer, outage, result, CheckpointStore(uri).run("r"), caplog)
     finally:
@@ -145,6 +145,6 @@ def test_fault_store_outage_swift_stopped_and_restarted(tmp_path, fault_suite, s
     uri = swift_s3.uri(prefix)
     trainer = Trainer(config(tiny_args(tmp_path / "out", fault_suite, uri, iterations=ITERATIONS)))
     outage = Outage(trainer, swift_s3.stop, swift_s3.start)
-    with caplog.at_level("WARNING", logger="learner.store"):
+    with caplog.at_level("WARNING", logger="store"):
         result = _run_through(trainer, outage)
     _check(trainer, outage, result, CheckpointStore(uri).run("r"), caplog)

@@ -23,12 +23,12 @@ import pytest
 import torch
 
 from learner import checkpoint as ckpt_io
-from learner.store import CheckpointStore, bytes_to_tensors, from_json_bytes
 from policy.exported import ExportError, check_pt2_archive
 from policy.sources import PolicySourceError, resolve_policy_source
+from store import CheckpointStore, bytes_to_tensors, from_json_bytes
 from tests.s3_servers import REPO, free_port
 
-PACKAGES = ("sim", "scenarios", "envs", "policy", "rollout", "learner")
+PACKAGES = ("sim", "store", "scenarios", "envs", "policy", "rollout", "evaluation", "learner")
 
 
 class Bomb:

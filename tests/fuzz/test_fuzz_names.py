@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from learner.config import TrainConfig
-from learner.store import MANIFEST, CheckpointStore, CorruptCheckpoint, check_name
 from sim.configs import ConfigError, resolve
+from store import MANIFEST, CheckpointStore, CorruptCheckpoint, check_name
 from tests.fuzz.counting import count
 
 FUZZ = settings(

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from learner.config import TrainConfig
-from learner.store import CheckpointStore, RunLocked
 from learner.train import train
 from scenarios import save
 from sim.configs import from_dict
+from store import CheckpointStore, RunLocked
 from tests.envs.handmade import straight_scenario
 
 REPO = Path(__file__).resolve().parents[2]

@@ -22,7 +22,6 @@ import torch
 
 from learner import checkpoint as ckpt_io
 from learner.learner import Learner, LearnerSettings
-from learner.store import CheckpointStore
 from policy.exported import ExportError, ObservationMismatch, check_pt2_archive, load_exported
 from policy.network import ActorCritic, PolicyConfig, random_obs
 from policy.sources import (
@@ -34,6 +33,7 @@ from policy.sources import (
     space_to_json,
 )
 from sim.configs import from_dict
+from store import CheckpointStore
 
 REPO = Path(__file__).resolve().parents[2]
 POLICY = {"cnn_channels": [8, 16], "cnn_kernels": [3, 3], "embed_dim": 32, "hidden_dim": 64}

@@ -1,0 +1,359 @@
+"""A store and its runs: commit, list, resolve, load, clean up, retain, and the run lease."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from store.backends import open_backend
+from store.errors import CheckpointNotFound, CorruptCheckpoint, StoreError
+from store.layout import (
+    MANIFEST,
+    check_payload,
+    check_version,
+    file_entry,
+    manifest_bytes,
+    parse_ref,
+    validate_manifest,
+    version_rel,
+)
+from store.lease import Lease, acquire
+from store.names import check_name
+from store.retention import check_retention, versions_to_keep
+from store.retries import Retrier, RetryPolicy
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """One loaded checkpoint: every file's bytes (checked against the manifest) and the meta.
+
+    ``manifest_sha256``: the sha256 of the MANIFEST.json bytes the files were checked against
+    (manifests are create-only, so it names this checkpoint's content for good).
+    """
+
+    run: str
+    version: int
+    files: dict[str, bytes]
+    meta: dict
+    wall_time: float
+    manifest_sha256: str = ""
+
+
+class CheckpointStore:
+    """The store at ``uri`` (a path, ``file:///abs/path`` or ``s3://bucket/prefix?...``).
+
+    Opening does no I/O. ``retry`` governs every store operation of its runs.
+    """
+
+    def __init__(self, uri: str | os.PathLike, *, retry: RetryPolicy | None = None):
+        self.retry = retry if retry is not None else RetryPolicy()
+        self._backend = open_backend(os.fspath(uri))
+        self.uri = self._backend.describe()
+
+    def run(self, name: str) -> RunStore:
+        """The run called ``name`` (validated: one path segment, see :func:`store.check_name`)."""
+        return RunStore(self, check_name("run", name))
+
+    def resolve(self, ref: str) -> tuple[RunStore, int]:
+        """``run``, ``run@latest`` or ``run@<version>`` -> (the run, a committed version of it).
+
+        ``latest`` (or no ``@``) is the newest committed version. Raises ValueError for a malformed
+        ref or run name, CheckpointNotFound when there is no such committed version.
+        """
+        try:
+            name, version = parse_ref(ref)
+        except ValueError as exc:
+            raise ValueError(f"checkpoint {ref!r}: {exc} (expected <run>[@<version>|@latest])") from None
+        rs = self.run(name)
+        return rs, rs.resolve(version)
+
+    def load(self, ref: str) -> Checkpoint:
+        """Load ``run``, ``run@latest`` or ``run@<version>`` (see :meth:`resolve`), every file checked.
+
+        Never falls back: if the newest committed version is corrupt this raises CorruptCheckpoint
+        (:meth:`RunStore.load_latest` is the one that falls back, for resuming).
+        """
+        rs, version = self.resolve(ref)
+        return rs.load(version)
+
+    def __repr__(self) -> str:
+        return f"CheckpointStore({self.uri!r})"
+
+
+class RunStore:
+    """The checkpoints of one run: commit, list, load, clean up, retain, and the run lease."""
+
+    def __init__(self, store: CheckpointStore, name: str):
+        self.store = store
+        self.name = name
+        self._b = store._backend
+        self._lease: Lease | None = None
+        self._writing: set[int] = set()  # versions this object is writing now (AsyncCommitter included)
+        self._writing_lock = threading.Lock()
+
+    @property
+    def uri(self) -> str:
+        return self._b.describe(self.name)
+
+    def __repr__(self) -> str:
+        return f"RunStore({self.uri!r})"
+
+    def _retrier(self, policy: RetryPolicy | None = None) -> Retrier:
+        return Retrier(policy or self.store.retry)
+
+    def _where(self, version: int, file: str | None = None) -> str:
+        return self._b.describe(version_rel(self.name, version, file))
+
+    def _listing(self, r: Retrier) -> dict[int, set[str]]:
+        return r(lambda: self._b.list_run(self.name), f"listing {self.uri}")
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def versions(self) -> list[int]:
+        """Committed versions (a version folder holding MANIFEST.json), ascending."""
+        return sorted(v for v, names in self._listing(self._retrier()).items() if MANIFEST in names)
+
+    def latest(self) -> int | None:
+        """The newest committed version, found by listing; None if there is none."""
+        versions = self.versions()
+        return versions[-1] if versions else None
+
+    def resolve(self, version: int | None = None) -> int:
+        """A committed version: ``version`` itself, or for None the newest (what ``@latest`` means).
+
+        Raises CheckpointNotFound naming the committed versions there are. No fallback: the newest
+        committed version is meant even if it turns out corrupt when loaded.
+        """
+        versions = self.versions()
+        if version is None:
+            if not versions:
+                raise CheckpointNotFound(f"run '{self.name}' has no committed checkpoint in {self.store.uri}")
+            return versions[-1]
+        version = check_version(version)
+        if version not in versions:
+            raise CheckpointNotFound(
+                f"run '{self.name}' has no committed version {version}: {self._where(version, MANIFEST)} does not "
+                f"exist (committed versions: {', '.join(map(str, versions)) or 'none'})"
+            )
+        return version
+
+    def _read_manifest(self, version: int, r: Retrier) -> tuple[dict, bytes]:
+        """(the parsed and validated manifest, its bytes)."""
+        rel = version_rel(self.name, version, MANIFEST)
+        try:
+            data = r(lambda: self._b.read(rel), f"reading {self._b.describe(rel)}")
+        except FileNotFoundError:
+            raise CheckpointNotFound(
+                f"run '{self.name}' has no committed version {version}: {self._b.describe(rel)} does not exist"
+            ) from None
+        try:
+            manifest = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise CorruptCheckpoint(
+                self.name, version, MANIFEST, f"is not valid JSON ({exc})", self._where(version)
+            ) from None
+        problem = validate_manifest(manifest, self.name, version)
+        if problem:
+            raise CorruptCheckpoint(self.name, version, MANIFEST, problem, self._where(version))
+        return manifest, data
+
+    def load(self, version: int, *, retry: RetryPolicy | None = None) -> Checkpoint:
+        """Load a committed version, checking every file's size and sha256 against the manifest.
+
+        Raises CheckpointNotFound (no such committed version) or CorruptCheckpoint (naming the file).
+        """
+        version = check_version(version)
+        r = self._retrier(retry)
+        manifest, raw = self._read_manifest(version, r)
+        files: dict[str, bytes] = {}
+        for name, entry in manifest["files"].items():
+            rel = version_rel(self.name, version, name)
+            try:
+                data = r(partial(self._b.read, rel), f"reading {self._b.describe(rel)}")
+            except FileNotFoundError:
+                raise CorruptCheckpoint(
+                    self.name, version, name, "is listed in the manifest but missing", self._where(version)
+                ) from None
+            if len(data) != entry["size"]:
+                raise CorruptCheckpoint(
+                    self.name,
+                    version,
+                    name,
+                    f"has {len(data)} bytes, the manifest says {entry['size']} (truncated?)",
+                    self._where(version),
+                )
+            digest = hashlib.sha256(data).hexdigest()
+            if digest != entry["sha256"]:
+                raise CorruptCheckpoint(
+                    self.name,
+                    version,
+                    name,
+                    f"has sha256 {digest}, the manifest says {entry['sha256']} (changed bytes)",
+                    self._where(version),
+                )
+            files[name] = data
+        wall_time = float(manifest["wall_time"])
+        return Checkpoint(self.name, version, files, manifest["meta"], wall_time, hashlib.sha256(raw).hexdigest())
+
+    def load_latest(self) -> Checkpoint | None:
+        """The newest committed version that loads intact; corrupt ones are skipped with a warning."""
+        for version in reversed(self.versions()):
+            try:
+                return self.load(version)
+            except (CorruptCheckpoint, CheckpointNotFound) as exc:
+                log.warning(
+                    "run '%s': skipping checkpoint version %d, falling back to an older one: %s",
+                    self.name,
+                    version,
+                    exc,
+                )
+        return None
+
+    # -- writing ---------------------------------------------------------------------------------
+
+    def commit(self, files: Mapping[str, bytes], meta: Mapping[str, Any], *, retry: RetryPolicy | None = None) -> int:
+        """Write a new version: each file (atomically), then MANIFEST.json last. Returns the version.
+
+        The version is the next integer after the highest existing folder, committed or not. If this
+        RunStore holds the run lease, the lease is checked before writing and again before the
+        manifest: a writer that was taken over raises LeaseLost and publishes nothing.
+        """
+        files, meta = check_payload(self.name, files, meta)
+        return self._commit(files, meta, self._retrier(retry))
+
+    def _commit(self, files: dict[str, bytes], meta: dict, r: Retrier) -> int:
+        """Commit validated inputs (:func:`store.layout.check_payload`); AsyncCommitter calls this too."""
+        self._check_lease(r)
+        version = max(self._listing(r), default=0) + 1
+        while True:
+            # Reserve the number before its folder exists, so cleanup() never takes our folder for
+            # debris, and two commits through this object (AsyncCommitter + direct) never share one.
+            with self._writing_lock:
+                while version in self._writing:
+                    version += 1
+                self._writing.add(version)
+            try:
+                created = r(partial(self._b.prepare_version, self.name, version), f"creating {self._where(version)}")
+            except BaseException:
+                with self._writing_lock:
+                    self._writing.discard(version)
+                raise
+            if created:
+                break
+            with self._writing_lock:
+                self._writing.discard(version)
+            version += 1  # another writer took that number (local file systems only)
+        try:
+            entries = {}
+            for name, data in files.items():
+                rel = version_rel(self.name, version, name)
+                r(partial(self._b.write, rel, data), f"writing {self._b.describe(rel)}")
+                entries[name] = file_entry(data)
+            vrel = version_rel(self.name, version)
+            r(lambda: self._b.sync_dir(vrel), f"syncing {self._where(version)}")
+            body = manifest_bytes(self.name, version, meta, entries)
+            self._check_lease(r)  # the point of no return: a writer that lost the run publishes nothing
+            mrel = f"{vrel}/{MANIFEST}"
+            if not r(lambda: self._b.publish(mrel, body), f"writing {self._b.describe(mrel)}"):
+                # Our own earlier attempt may have landed with its answer lost; anything else is a second writer.
+                if r(lambda: self._b.read(mrel), f"reading {self._b.describe(mrel)}") != body:
+                    raise StoreError(
+                        f"run '{self.name}' version {version}: {self._b.describe(mrel)} was written by another "
+                        "writer at the same time; writers of one run must hold its lease (acquire())"
+                    )
+        finally:
+            with self._writing_lock:
+                self._writing.discard(version)
+        log.info(
+            "run '%s': committed version %d (%d files, %d bytes)",
+            self.name,
+            version,
+            len(files),
+            sum(map(len, files.values())),
+        )
+        return version
+
+    # -- housekeeping ----------------------------------------------------------------------------
+
+    def _require_lease(self, what: str, r: Retrier) -> None:
+        if self._lease is None:
+            raise RuntimeError(
+                f"{what} of run '{self.name}' deletes folders: hold the run lease first (acquire()), so that "
+                "no live writer's checkpoint is removed"
+            )
+        self._check_lease(r)
+
+    def cleanup(self) -> list[int]:
+        """Remove version folders without a valid manifest (half-written); returns their versions.
+
+        Needs the run lease (so no other live writer exists) and skips the versions this RunStore is
+        writing itself right now.
+        """
+        r = self._retrier()
+        self._require_lease("cleanup", r)
+        removed = []
+        for version in sorted(self._listing(r)):
+            with self._writing_lock:
+                if version in self._writing:
+                    continue
+            # Read the manifest afresh, after the check above: the listing may predate a commit that
+            # has finished since (a commit publishes its manifest before it leaves _writing).
+            try:
+                self._read_manifest(version, r)
+                continue
+            except CheckpointNotFound:
+                reason = "no MANIFEST.json (a write that never finished)"
+            except CorruptCheckpoint as exc:
+                reason = str(exc)
+            log.warning("run '%s': removing %s: %s", self.name, self._where(version), reason)
+            r(partial(self._b.delete_version, self.name, version), f"deleting {self._where(version)}")
+            removed.append(version)
+        return removed
+
+    def retain(self, keep_last: int, keep_best: int = 1, metric: str | None = None, mode: str = "min") -> list[int]:
+        """Keep the newest ``keep_last`` committed versions plus the ``keep_best`` best by
+        ``meta["metrics"][metric]`` (lowest for mode "min", highest for "max"; ties go to the newer);
+        delete the other committed versions. Returns the deleted versions. Needs the run lease."""
+        check_retention(keep_last, keep_best, mode)
+        r = self._retrier()
+        self._require_lease("retain", r)
+        versions = self.versions()
+        scores: dict[int, object] = {}
+        if metric is not None and keep_best > 0:
+            for version in versions:
+                try:
+                    scores[version] = (self._read_manifest(version, r)[0]["meta"].get("metrics") or {}).get(metric)
+                except (CorruptCheckpoint, CheckpointNotFound):
+                    continue
+        keep = versions_to_keep(versions, keep_last, keep_best, scores, mode)
+        deleted = [v for v in versions if v not in keep]
+        for version in deleted:
+            r(partial(self._b.delete_version, self.name, version), f"deleting {self._where(version)}")
+        if deleted:
+            log.info("run '%s': retention deleted versions %s, kept %s", self.name, deleted, sorted(keep))
+        return deleted
+
+    # -- the run lease ---------------------------------------------------------------------------
+
+    def acquire(self, owner: str, *, lease_timeout: float = 60.0) -> Lease:
+        """Take the run's lease (``<run>/LOCK.json``), or raise RunLocked naming the live holder.
+
+        A stale lease (its process gone on this host, or no heartbeat for ``lease_timeout`` s) is
+        taken over atomically; the old holder then gets LeaseLost on its next heartbeat or commit.
+        Call :meth:`Lease.heartbeat` more often than ``lease_timeout``.
+        """
+        self._lease = acquire(self, self._b.lease_ops(self.name), owner, lease_timeout, self._retrier())
+        return self._lease
+
+    def _check_lease(self, r: Retrier) -> None:
+        if self._lease is not None:
+            self._lease._check(r)

@@ -1,0 +1,40 @@
+"""Which committed versions a run keeps: the newest ``keep_last`` plus the ``keep_best`` best by a metric.
+
+Pure: :meth:`store.RunStore.retain` reads the metrics from the manifests and deletes the rest.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+
+def check_retention(keep_last: object, keep_best: object, mode: object) -> None:
+    """ValueError unless keep_last >= 1, keep_best >= 0 (ints) and mode is 'min' or 'max'."""
+    if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 1:
+        raise ValueError(f"retain: keep_last must be an int >= 1 (resume needs the latest), got {keep_last!r}")
+    if isinstance(keep_best, bool) or not isinstance(keep_best, int) or keep_best < 0:
+        raise ValueError(f"retain: keep_best must be an int >= 0, got {keep_best!r}")
+    if mode not in ("min", "max"):
+        raise ValueError(f"retain: mode must be 'min' or 'max', got {mode!r}")
+
+
+def versions_to_keep(
+    versions: Sequence[int],
+    keep_last: int,
+    keep_best: int = 1,
+    scores: Mapping[int, object] | None = None,
+    mode: str = "min",
+) -> set[int]:
+    """The versions to keep of ``versions`` (ascending): the newest ``keep_last``, plus the
+    ``keep_best`` best by ``scores`` ({version: metric value}; lowest for mode "min", highest for
+    "max"; ties go to the newer). Values that are not finite numbers never count as best."""
+    check_retention(keep_last, keep_best, mode)
+    keep = set(versions[-keep_last:])
+    if scores and keep_best > 0:
+        ranked = []
+        for version, value in scores.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                ranked.append((value if mode == "min" else -value, -version))
+        keep.update(-neg_version for _, neg_version in sorted(ranked)[:keep_best])
+    return keep

@@ -1,0 +1,239 @@
+"""Commit, layout, load, clean-up and retention of a run, and store URIs, names and meta, on every back end."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+
+import pytest
+
+from store import MANIFEST, CheckpointNotFound, CheckpointStore, CorruptCheckpoint, RetryPolicy
+from tests.store.helpers import payload
+
+# --------------------------------------------------------------------------------------------------
+# Commit, layout, load
+
+
+def test_commit_writes_files_then_a_manifest_that_lists_them(backend):
+    rs = backend.store().run("run-a")
+    files = {"policy.safetensors": b"\x00\x01weights", "config.json": b'{"lr": 0.001}'}
+    meta = {"iteration": 7, "env_steps": 5600, "metrics": {"eval/cr": 0.25}}
+    before = time.time()
+    assert rs.commit(files, meta) == 1
+    assert backend.raw.names("run-a") == [
+        "ckpt-00000001/MANIFEST.json",
+        "ckpt-00000001/config.json",
+        "ckpt-00000001/policy.safetensors",
+    ]  # no temporary files left behind
+    manifest = json.loads(backend.raw.read(f"run-a/ckpt-00000001/{MANIFEST}"))
+    assert manifest["format_version"] == 1
+    assert (manifest["run"], manifest["version"]) == ("run-a", 1)
+    assert before <= manifest["wall_time"] <= time.time()
+    assert manifest["meta"] == meta
+    assert manifest["files"] == {
+        "policy.safetensors": {"size": 9, "sha256": hashlib.sha256(b"\x00\x01weights").hexdigest()},
+        "config.json": {"size": 13, "sha256": hashlib.sha256(b'{"lr": 0.001}').hexdigest()},
+    }
+    assert rs.commit(files, meta) == 2
+    assert rs.versions() == [1, 2]
+    assert rs.latest() == 2
+
+
+def test_load_returns_exact_bytes_and_meta(backend):
+    rs = backend.store().run("r")
+    for i in range(3):
+        rs.commit(payload(i), {"iteration": i})
+    ckpt = rs.load(2)
+    assert (ckpt.run, ckpt.version) == ("r", 2)
+    assert ckpt.files == payload(1)
+    assert ckpt.meta == {"iteration": 1}
+    assert rs.load_latest().files == payload(2)
+    with pytest.raises(CheckpointNotFound, match="no committed version 9"):
+        rs.load(9)
+
+
+def test_empty_run_has_no_versions(backend):
+    rs = backend.store().run("nothing-here")
+    assert rs.versions() == []
+    assert rs.latest() is None
+    assert rs.load_latest() is None
+
+
+@pytest.mark.parametrize(
+    "damage, problem",
+    [
+        (lambda b: b[:100] + bytes([b[100] ^ 0x01]) + b[101:], "sha256"),
+        (lambda b: b[:-1], "has 1000 bytes, the manifest says 1001"),
+    ],
+    ids=["flipped-byte", "truncated"],
+)
+def test_damaged_file_is_caught_by_the_manifest(backend, damage, problem):
+    rs = backend.store().run("r")
+    rs.commit(payload(1), {"iteration": 1})
+    rel = "r/ckpt-00000001/policy.safetensors"
+    backend.raw.write(rel, damage(backend.raw.read(rel)))
+    with pytest.raises(CorruptCheckpoint, match=problem) as info:
+        rs.load(1)
+    assert info.value.file == "policy.safetensors"
+    assert "run 'r' version 1" in str(info.value)
+
+
+def test_load_latest_skips_a_corrupt_checkpoint_with_a_warning(backend, caplog):
+    rs = backend.store().run("r")
+    for i in range(3):
+        rs.commit(payload(i), {"iteration": i})
+    rel = "r/ckpt-00000003/counters.json"
+    backend.raw.write(rel, b"X" + backend.raw.read(rel)[1:])
+    with caplog.at_level(logging.WARNING, logger="store"):
+        ckpt = rs.load_latest()
+    assert ckpt.version == 2 and ckpt.meta == {"iteration": 1}
+    assert any("version 3" in r.getMessage() and "counters.json" in r.getMessage() for r in caplog.records)
+
+
+def test_half_written_folders_are_invisible_skipped_and_cleaned_up(backend, caplog):
+    rs = backend.store().run("r")
+    rs.commit(payload(1), {"iteration": 1})
+    rs.commit(payload(2), {"iteration": 2})
+    # A writer that died after its files and before its manifest.
+    backend.raw.write("r/ckpt-00000003/policy.safetensors", b"partial")
+    assert rs.versions() == [1, 2]
+    assert rs.latest() == 2
+    assert rs.load_latest().version == 2
+    with pytest.raises(CheckpointNotFound):
+        rs.load(3)
+    assert rs.commit(payload(4), {"iteration": 4}) == 4  # numbering skips past the debris
+    # A manifest that does not parse is not a valid commit either.
+    backend.raw.write("r/ckpt-00000005/policy.safetensors", b"x")
+    backend.raw.write(f"r/ckpt-00000005/{MANIFEST}", b"{not json")
+    with caplog.at_level(logging.WARNING, logger="store"):
+        assert rs.load_latest().version == 4
+    with pytest.raises(RuntimeError, match="hold the run lease"):
+        rs.cleanup()
+    with rs.acquire("cleaner"):
+        assert rs.cleanup() == [3, 5]
+    assert rs.versions() == [1, 2, 4]
+    assert [n.split("/")[0] for n in backend.raw.names("r") if n.startswith("ckpt-")] == ["ckpt-00000001"] * 3 + [
+        "ckpt-00000002"
+    ] * 3 + ["ckpt-00000004"] * 3
+    assert [rs.load(v).meta["iteration"] for v in rs.versions()] == [1, 2, 4]
+
+
+def test_retain_keeps_the_last_n_and_the_best_by_metric(backend):
+    rs = backend.store().run("r")
+    scores = [0.5, 0.1, 0.4, 0.3, 0.6, 0.7]  # version 2 is the best by "min"
+    for i, cr in enumerate(scores, start=1):
+        rs.commit(payload(i), {"iteration": i, "metrics": {"eval/cr": cr}})
+    rs.commit(payload(7), {"iteration": 7})  # no metrics: never "best"
+    with pytest.raises(RuntimeError, match="hold the run lease"):
+        rs.retain(keep_last=2)
+    with rs.acquire("trainer"):
+        assert rs.retain(keep_last=2, keep_best=1, metric="eval/cr", mode="min") == [1, 3, 4, 5]
+        assert rs.versions() == [2, 6, 7]
+        assert not any(n.startswith(("ckpt-00000001", "ckpt-00000003")) for n in backend.raw.names("r"))
+        assert rs.retain(keep_last=1, keep_best=1, metric="eval/cr", mode="max") == [2]
+        assert rs.versions() == [6, 7]
+        assert rs.retain(keep_last=1, keep_best=0) == [6]
+    assert rs.load_latest().meta == {"iteration": 7}
+
+
+# --------------------------------------------------------------------------------------------------
+# Names, URIs, meta
+
+
+@pytest.mark.parametrize("name", ["../x", "/abs", "a/b", "", "x" * 129, "..", "a..b", ".hidden", "-x", "a b", "ü", 5])
+def test_bad_run_and_file_names_are_rejected(tmp_path, name):
+    store = CheckpointStore(tmp_path)
+    with pytest.raises(ValueError, match="name"):
+        store.run(name)
+    with pytest.raises(ValueError, match="name"):
+        store.run("ok").commit({name: b"x"}, {})
+
+
+def test_good_names_and_the_reserved_manifest_name(tmp_path):
+    rs = CheckpointStore(tmp_path).run("A.b_c-1")
+    assert rs.commit({"x" * 128: b"1", "policy.safetensors": b"2"}, {}) == 1
+    with pytest.raises(ValueError, match="reserved"):
+        rs.commit({MANIFEST: b"{}"}, {})
+    assert rs.versions() == [1]
+
+
+@pytest.mark.parametrize(
+    "uri, message",
+    [
+        ("", "empty"),
+        ("gs://bucket/x", "unsupported scheme"),
+        ("s3://bucket/x?bogus=1", "unknown query keys"),
+        ("s3://Bad_Bucket/x", "not a valid S3 bucket"),
+        ("file://otherhost/x", "must be local"),
+    ],
+)
+def test_bad_uris_are_rejected(uri, message):
+    with pytest.raises(ValueError, match=message):
+        CheckpointStore(uri)
+
+
+def test_file_uri_and_plain_path_are_the_same_store(tmp_path):
+    CheckpointStore(f"file://{tmp_path}").run("r").commit(payload(1), {"iteration": 1})
+    assert CheckpointStore(tmp_path).run("r").load(1).files == payload(1)
+
+
+def test_meta_must_be_json_and_counters_valid(tmp_path):
+    rs = CheckpointStore(tmp_path).run("r")
+    with pytest.raises(ValueError, match="JSON"):
+        rs.commit(payload(1), {"x": object()})
+    with pytest.raises(ValueError, match="iteration"):
+        rs.commit(payload(1), {"iteration": -1})
+    with pytest.raises(ValueError, match="bytes"):
+        rs.commit({"a": "not bytes"}, {})
+    assert rs.versions() == []
+
+
+def test_missing_checkpoint_is_not_retried(tmp_path):
+    rs = CheckpointStore(tmp_path, retry=RetryPolicy(max_attempts=3, base_delay=30, max_delay=30)).run("r")
+    start = time.monotonic()
+    with pytest.raises(CheckpointNotFound):
+        rs.load(1)
+    assert time.monotonic() - start < 10  # a retry would have slept 15-30 s
+
+
+# --------------------------------------------------------------------------------------------------
+# References: run, run@latest, run@<version>
+
+
+def test_refs_resolve_to_committed_versions_without_falling_back(tmp_path):
+    store = CheckpointStore(tmp_path)
+    rs = store.run("r")
+    for i in range(3):
+        rs.commit(payload(i), {"iteration": i})
+    (tmp_path / "r" / "ckpt-00000004").mkdir()  # a half-written version is never meant
+    assert [rs.resolve(), rs.resolve(2)] == [3, 2]
+    assert store.resolve("r")[1] == store.resolve("r@latest")[1] == 3
+    ckpt = store.load("r@2")
+    assert (ckpt.run, ckpt.version, ckpt.files, ckpt.meta) == ("r", 2, payload(1), {"iteration": 1})
+    manifest = (tmp_path / "r" / "ckpt-00000002" / MANIFEST).read_bytes()
+    assert ckpt.manifest_sha256 == hashlib.sha256(manifest).hexdigest()
+    with pytest.raises(CheckpointNotFound, match=r"no committed version 4: .* \(committed versions: 1, 2, 3\)"):
+        store.load("r@4")
+    with pytest.raises(CheckpointNotFound, match="run 'empty' has no committed checkpoint in"):
+        store.load("empty@latest")
+    with pytest.raises(ValueError, match=r"checkpoint 'r@x': version 'x' is neither .* \(expected <run>"):
+        store.load("r@x")
+    with pytest.raises(ValueError, match="run name"):
+        store.load("../r@1")
+    # @latest means the newest committed version: corrupt, it is refused, not swapped for an older one
+    (tmp_path / "r" / "ckpt-00000003" / "policy.safetensors").write_bytes(b"changed")
+    with pytest.raises(CorruptCheckpoint, match="version 3"):
+        store.load("r@latest")
+    assert rs.load_latest().version == 2  # resuming is what falls back
+
+
+def test_store_logs_come_from_store_loggers(tmp_path, caplog):
+    rs = CheckpointStore(tmp_path).run("r")
+    with caplog.at_level(logging.INFO, logger="store"):
+        rs.commit(payload(1), {"iteration": 1})
+        with rs.acquire("trainer"):
+            rs.retain(keep_last=1)
+    assert caplog.records and all(r.name.startswith("store.") for r in caplog.records)
+    assert any("committed version 1" in r.getMessage() for r in caplog.records)
