@@ -19,7 +19,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from sim.configs import field, parse_cli
+from envs.vector import VectorDrivingEnv
+from learner.config import TrainConfig
+from learner.train import Trainer
+from rollout.fragment import stack_time
+from rollout.group import ActorResources, RolloutGroup
+from rollout.worker import WorkerSpec
+from sim.bench import machine
+from sim.configs import field, from_dict, parse_cli
 
 
 @dataclass(frozen=True)
@@ -38,8 +45,6 @@ def _say(cfg, msg):
 
 
 def bench_vector_env(cfg: LearnerBenchConfig, num_envs: int) -> dict:
-    from envs.vector import VectorDrivingEnv
-
     venv = VectorDrivingEnv(cfg.suite, num_envs, {"render_backend": "auto"})
     rng = np.random.default_rng(0)
     mask = venv.action_mask
@@ -62,9 +67,6 @@ def bench_vector_env(cfg: LearnerBenchConfig, num_envs: int) -> dict:
 
 
 def bench_rollout(cfg: LearnerBenchConfig, num_actors: int) -> dict:
-    from rollout.group import ActorResources, RolloutGroup
-    from rollout.worker import WorkerSpec
-
     spec = WorkerSpec(scenarios=(cfg.suite,), env_config={"render_backend": "auto"}, num_envs=cfg.envs_per_actor)
     g = RolloutGroup(spec, num_actors, ActorResources(num_cpus=1))
     try:
@@ -81,11 +83,6 @@ def bench_rollout(cfg: LearnerBenchConfig, num_actors: int) -> dict:
 
 
 def bench_learner_and_loop(cfg: LearnerBenchConfig) -> tuple[dict, dict]:
-    from learner.config import TrainConfig
-    from learner.train import Trainer
-    from rollout.fragment import stack_time
-    from sim.configs import from_dict
-
     tc = from_dict(
         TrainConfig,
         {
@@ -134,9 +131,7 @@ def bench_learner_and_loop(cfg: LearnerBenchConfig) -> tuple[dict, dict]:
 
 
 def run(cfg: LearnerBenchConfig) -> dict:
-    import ray
-
-    from sim.bench import machine
+    import ray  # the optional extra splatdrive[ray]: imported where it is used, as everywhere
 
     out: dict = dict(machine=machine(), config=dict(cfg.__dict__))
     # The baseline before Ray starts: its worker processes warm up for seconds and would slow it.
