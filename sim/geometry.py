@@ -297,11 +297,8 @@ def polyline_stations(polyline) -> np.ndarray:
 
 
 def polyline_vertex_normals(polyline) -> np.ndarray:
-    """Unit left normals [M, 2] at the vertices: the mean of the normals of the segments meeting there.
-
-    ``polyline + d * polyline_vertex_normals(polyline)`` shifts it ``d`` metres to its left, miter-free
-    (exact for straight lines, an arc of radius R - d for an arc; corners are cut, not kept).
-    """
+    """Unit left normals [M, 2] at the vertices: the mean of the normals of the segments meeting there
+    (what ``offset_polyline(..., miter=False)`` shifts along)."""
     p, _, u, _ = _segments(polyline, "polyline_vertex_normals")
     n_seg = np.stack([-u[:, 1], u[:, 0]], 1)
     vn = np.zeros_like(p)

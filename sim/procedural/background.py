@@ -56,6 +56,7 @@ class Plan:
 
 
 def plan_background(layout: StreetLayout, seed: int) -> Plan:
+    """Where everything of ``layout``'s background goes, drawn from ``seed`` (each part from its own generator)."""
     streets = prepare_streets(layout, seed)
     buildings = place_buildings(streets)
     trees = place_trees(streets, buildings)

@@ -13,7 +13,7 @@ from sim.geometry import polyline_frames, polyline_stations
 from sim.procedural.parts import OPACITY, Parts, place, rect_surface, rot2, seeded_rng, vary
 from sim.procedural.streets import CURB_WIDTH, GRASS_Z, SIDEWALK_WIDTH, Streets, clear_of_street
 
-# Relative densities (see background.py): the street-facing wall gets most.
+# Relative densities (Gaussians per m^2 per unit of the background's solved density factor).
 W_FACADE, W_SIDE_WALL, W_BACK_WALL = 0.9, 0.5, 0.15
 # Walls are mostly seen obliquely (foreshortened along the street): wider-than-tall Gaussians then
 # look round on screen, and round on-screen footprints are what the renderer draws cheapest.
@@ -36,6 +36,8 @@ SHOP_SIGNS = ((0.70, 0.12, 0.10), (0.12, 0.30, 0.55), (0.15, 0.45, 0.25), (0.85,
 
 @dataclass
 class Building:
+    """One planned building (world frame): footprint, height, which wall faces the street, its look."""
+
     center: np.ndarray  # [2] footprint centre
     yaw: float  # local x along the street
     size: tuple[float, float, float]  # frontage (x), depth (y), height

@@ -33,8 +33,7 @@ CURB_HEIGHT = 0.12  # sidewalks sit at this height; under the 0.3 m floor of a c
 CURB_WIDTH = 0.25
 SIDEWALK_WIDTH = 3.0
 GRASS_Z = 0.10
-# Relative densities (Gaussians per m^2 per unit of the solved density factor): near, often-seen
-# surfaces get more, the backs of buildings and far grass less.
+# Relative densities (Gaussians per m^2 per unit of the background's solved density factor).
 W_ROAD = 1.0
 ROAD_ASPECT = 2.5  # road Gaussians are this much longer along the road than across (lane lines run along)
 W_SIDEWALK = 0.8
@@ -57,6 +56,7 @@ class Streets:
 
 
 def prepare_streets(layout: StreetLayout, seed: int) -> Streets:
+    """The layout's polylines cleaned and split into pieces of at most 4 m, its extent and the seed."""
     return Streets(
         layout,
         layout.resolved_extent(),
@@ -110,6 +110,7 @@ def ground_z(streets: Streets, xy: np.ndarray) -> np.ndarray:
 
 
 def asphalt_fn(seed: int):
+    """The asphalt's colour at points: xy [n, 2] -> rgb [n, 3] (large and small stains, per-Gaussian grain)."""
     big = Noise(seeded_rng(seed, "asphalt", "big"), 25.0)
     mid = Noise(seeded_rng(seed, "asphalt", "mid"), 4.0)
     rng = seeded_rng(seed, "asphalt", "grain")

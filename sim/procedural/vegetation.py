@@ -39,6 +39,7 @@ from sim.procedural.streets import (
     road_distance,
 )
 
+# Relative densities (Gaussians per m^2 per unit of the background's solved density factor).
 W_GRASS_NEAR, W_GRASS_FAR = 0.30, 0.06
 GRASS_NEAR_DIST = 20.0  # metres from a road edge
 W_CANOPY = 0.5
@@ -53,6 +54,8 @@ LEAVES = ((0.16, 0.33, 0.11), (0.22, 0.38, 0.12), (0.13, 0.28, 0.12), (0.30, 0.4
 
 @dataclass
 class Tree:
+    """One planned tree (world frame): where it stands, trunk radius, canopy base and radii, leaf colour."""
+
     xy: np.ndarray
     trunk_r: float
     canopy_base: float

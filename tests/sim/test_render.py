@@ -12,6 +12,7 @@ import sim
 from sim.camera import PinholeCamera, make_rig
 from sim.frames import pose_matrix
 from sim.gaussians import GaussianCloud
+from sim.procedural import demo_scene
 from sim.scene import Composite, Instance
 
 PARITY_DB = 45.0
@@ -271,8 +272,6 @@ def test_gsplat_matches_reference(degree):
 
 @pytest.fixture(scope="module")
 def street():
-    from sim.procedural import demo_scene
-
     return demo_scene(seed=3, target_gaussians=50_000, kind="intersection")
 
 
