@@ -128,6 +128,7 @@ class LearnerGroup:
         self.rendezvous: tuple[str, int] | None = None
         if gpus_per_learner:
             settings = dataclasses.replace(settings, device="cuda")
+        self.device = settings.device
         if self.n == 1 and not self.resources:
             torch.manual_seed(settings.seed)
             self.local: Learner | None = Learner(build_policy(), settings)
@@ -178,12 +179,13 @@ class LearnerGroup:
         return [dict(n, rank=r) for r, n in enumerate(self._ray.get([a.node.remote() for a in self.actors]))]
 
     def describe(self) -> dict[str, Any]:
-        """What provenance records about the group: size, backend, rendezvous point, placement."""
+        """What provenance records about the group: size, backend, device, rendezvous point, placement."""
         rdv = None if self.rendezvous is None else f"{self.rendezvous[0]}:{self.rendezvous[1]}"
         return dict(
             num_learners=self.n,
             in_driver=self.local is not None,
             backend=self.backend,
+            device=self.device,
             rendezvous=rdv,
             resources=self.resources,
             ranks=self.nodes(),

@@ -18,6 +18,7 @@ def test_one_learner_trains_in_the_driver():
     g = LearnerGroup(make_policy, SETTINGS, num_learners=1)
     d = g.describe()
     assert d["in_driver"] and d["num_learners"] == 1 and d["backend"] == "none" and d["rendezvous"] is None
+    assert d["device"] == "cpu"
     assert d["ranks"][0]["pid"] == os.getpid()
     assert g.call("weights").keys() == make_policy().state_dict().keys()
 
@@ -58,7 +59,9 @@ def _listening_pids(port: int) -> set[int]:
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/net/tcp"), reason="reads listening sockets from Linux /proc")
-def test_two_learners_rendezvous_at_rank0s_store_and_the_driver_binds_no_port(ray_session, monkeypatch):
+def test_two_learners_rendezvous_at_rank0s_store_and_the_driver_binds_no_port(monkeypatch, request):
+    pytest.importorskip("ray")  # the splatdrive[ray] extra
+    request.getfixturevalue("ray_session")
     bound = []
     real_bind = socket.socket.bind
 
