@@ -130,6 +130,12 @@ class LearnerGroup:
             settings = dataclasses.replace(settings, device="cuda")
         self.device = settings.device
         if self.n == 1 and not self.resources:
+            if self.device.startswith("cuda") and not torch.cuda.is_available():
+                raise ValueError(
+                    f"gpus_per_learner={gpus_per_learner} with num_learners=1 trains in the driver process, which "
+                    "sees no CUDA device: run the driver on a GPU node, or give the learner a Ray resource "
+                    "(learner_resources.<name>=1, or num_learners >= 2) so that it runs as an actor on a GPU node"
+                )
             torch.manual_seed(settings.seed)
             self.local: Learner | None = Learner(build_policy(), settings)
             return

@@ -8,6 +8,7 @@ import socket
 from pathlib import Path
 
 import pytest
+import torch
 
 from learner.config import RolloutConfig, TrainConfig
 from learner.group import LearnerGroup
@@ -30,6 +31,13 @@ def test_one_learner_trains_in_the_driver():
 def test_bad_group_sizes_are_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):
         LearnerGroup(make_policy, SETTINGS, **kwargs)
+
+
+def test_a_gpu_learner_in_a_driver_without_cuda_says_what_to_do():
+    if torch.cuda.is_available():
+        pytest.skip("CUDA here: the driver can hold the GPU learner")
+    with pytest.raises(ValueError, match=r"trains in the driver process, which sees no CUDA device.*learner_resources"):
+        LearnerGroup(make_policy, SETTINGS, num_learners=1, gpus_per_learner=1.0)
 
 
 def _listening_pids(port: int) -> set[int]:
