@@ -14,9 +14,9 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 Z95 = 1.959963984540054  # standard normal 0.975 quantile
 
@@ -43,12 +43,12 @@ def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
     return (lo, hi)
 
 
-def _clean(values: Sequence[float]) -> np.ndarray:
+def _clean(values: ArrayLike) -> np.ndarray:
     v = np.asarray(values, dtype=np.float64).reshape(-1)
     return v[np.isfinite(v)]
 
 
-def bootstrap_mean(values: Sequence[float], n_boot: int = 2000, seed: int = 0) -> tuple[float, float]:
+def bootstrap_mean(values: ArrayLike, n_boot: int = 2000, seed: int = 0) -> tuple[float, float]:
     """Percentile bootstrap 95 % interval of the mean over clips (non-finite values left out)."""
     v = _clean(values)
     if v.size == 0:
@@ -59,7 +59,7 @@ def bootstrap_mean(values: Sequence[float], n_boot: int = 2000, seed: int = 0) -
     return (float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975)))
 
 
-def paired_difference(a: Sequence[float], b: Sequence[float], n_boot: int = 2000, seed: int = 0) -> dict[str, float]:
+def paired_difference(a: ArrayLike, b: ArrayLike, n_boot: int = 2000, seed: int = 0) -> dict[str, float]:
     """Mean of b - a over clips with its paired bootstrap 95 % interval.
 
     a, b: [N] per-clip values of two policies on the same N clips, in the same order (a failure
@@ -85,7 +85,7 @@ def paired_difference(a: Sequence[float], b: Sequence[float], n_boot: int = 2000
     }
 
 
-def mcnemar(a_fail: Sequence[bool], b_fail: Sequence[bool]) -> dict[str, float]:
+def mcnemar(a_fail: ArrayLike, b_fail: ArrayLike) -> dict[str, float]:
     """Exact (binomial) two-sided McNemar test on paired failures.
 
     ``only_a``: clips that fail under A and not under B (B fixed them); ``only_b``: the reverse
@@ -114,7 +114,7 @@ def t975(df: int) -> float:
     return _T975[df - 1] if df <= len(_T975) else Z95
 
 
-def seed_interval(values: Sequence[float]) -> dict[str, float]:
+def seed_interval(values: ArrayLike) -> dict[str, float]:
     """Mean across seeds with its Student-t 95 % interval (``lo == hi == mean`` for one seed)."""
     v = _clean(values)
     if v.size == 0:

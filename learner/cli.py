@@ -3,6 +3,7 @@
 splatdrive train ...      = python -m learner.train ...
 splatdrive generate ...   = python -m scenarios.generate ...
 splatdrive evaluate ...   = python -m evaluation ...   (python -m scenarios.evaluate: an alias)
+splatdrive study ...      = python -m learner.study ...  (seeds x stages on held-out clips)
 splatdrive export ...     = python -m policy.export ...
 splatdrive render ...     = python -m sim.render ...
 splatdrive bench ...      = python -m sim.bench ...   (also env-bench, learner-bench)
@@ -22,6 +23,7 @@ COMMANDS = {
     "bench": "sim.bench",
     "env-bench": "envs.bench",
     "learner-bench": "learner.bench",
+    "study": "learner.study",
 }
 
 

@@ -1,0 +1,381 @@
+"""``python -m learner.study``: does RL+IL beat IL? Seeds x stages, evaluated on held-out clips.
+
+    python -m learner.study                                  # the default budget (see StudyConfig.train)
+    python -m learner.study seeds=5 out=runs/study5 train.iterations=800
+    python -m learner.study --config study.yaml
+
+For each seed s it trains one run ``<name>-s<s>`` with ``stage=il+rl`` (``learner.train``): stage il
+(imitation) ends in a snapshot ``<name>-s<s>-il``, from which stage rl (PPO + IL) goes on. Both final
+policies -- IL only and IL -> RL+IL, the same IL policy before and after RL -- drive every clip of
+``eval_suite`` (``test`` by default, never used for any choice) with ``evaluation.evaluate``, so the two
+are paired clip by clip. Rerunning the same study resumes: finished runs are not trained again and
+finished evaluations are read back.
+
+Written to ``out``: ``study.json`` (config, per-seed metrics, the across-seed means with Student-t
+intervals, the paired RL+IL - IL differences with bootstrap intervals and McNemar's test, the verdict
+against the target, learning curves, wall times), ``study.md`` (the same as tables), ``stages.png``
+(metrics per stage with intervals), ``curves.png`` (val CR, RC and episodic return against env-steps),
+and ``eval-s<s>/`` (each seed's full evaluation report).
+
+The target (issue 10): RL+IL lowers the test CR against IL with the paired interval excluding zero,
+at route completion >= 0.95 x IL's and a deviation rate no worse.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from evaluation.evaluate import EvaluateConfig
+from evaluation.evaluate import run as run_evaluation
+from evaluation.metrics import clip_values, rad_metrics
+from evaluation.stats import mcnemar, paired_difference, seed_interval
+from learner.config import EvalConfig, ILConfig, RolloutConfig, TrainConfig
+from learner.train import il_snapshot_name, train
+from sim.configs import field, parse_cli, to_dict
+
+log = logging.getLogger("learner.study")
+
+STAGES = ("il", "rl+il")
+# (key in rad_metrics, label, higher is better)
+SUMMARY = (
+    ("CR", "CR", False),
+    ("DR", "DR", False),
+    ("RC", "RC", True),
+    ("DS", "driving score", True),
+    ("success_rate", "success", True),
+)
+PAIRED = (("collision", "CR"), ("RC", "RC"), ("DS", "driving score"))
+
+# The study's budget: 400 RL iterations x (2 actors x 4 envs x 32 steps) = 102,400 env-steps of RL per
+# seed, after 60 IL iterations; evaluation on val every 50 RL iterations gives the learning curve.
+STUDY_TRAIN = TrainConfig(
+    iterations=400,
+    checkpoint_every=50,
+    rollout=RolloutConfig(num_actors=2, envs_per_actor=4, fragment_length=32),
+    il=ILConfig(pretrain_iterations=60),
+    eval=EvalConfig(suite="val", every=50),
+)
+
+
+@dataclass(frozen=True)
+class StudyConfig:
+    name: str = field("study", help="run-name prefix: runs <name>-s<seed> and <name>-s<seed>-il in the store")
+    out: str = field("runs/study", help="report folder: study.json, study.md, stages.png, curves.png, eval-s*/")
+    seeds: int = field(3, help="training seeds S (seeds first_seed .. first_seed + S - 1)")
+    first_seed: int = field(0, help="the first seed")
+    eval_suite: str = field("test", help="held-out scenarios every final policy is scored on")
+    eval_num_actors: int = field(2, help="Ray actors of each evaluation (0: in this process)")
+    eval_num_envs: int = field(4, help="environments each evaluation actor steps together")
+    videos: int = field(0, help="clips filmed per policy in each seed's evaluation")
+    train: TrainConfig = field(STUDY_TRAIN, help="the training run of every seed (run, seed and stage are set)")
+
+    def __post_init__(self):
+        if self.seeds < 1 or self.first_seed < 0:
+            raise ValueError(f"seeds >= 1 and first_seed >= 0 are required, got {self.seeds}, {self.first_seed}")
+        if self.train.stage != "il+rl":
+            raise ValueError(f"train.stage: the study trains il+rl (IL, then RL+IL from it), got {self.train.stage!r}")
+
+
+def seed_run(cfg: StudyConfig, seed: int) -> TrainConfig:
+    """The training config of one seed."""
+    return dataclasses.replace(cfg.train, run=f"{cfg.name}-s{seed}", seed=seed, out=str(Path(cfg.out) / "runs"))
+
+
+def policy_specs(tcfg: TrainConfig) -> dict[str, str]:
+    """Store URIs of a seed's two final policies, by stage."""
+    store = tcfg.store.rstrip("/")
+    return {"il": f"{store}/{il_snapshot_name(tcfg.run)}@latest", "rl+il": f"{store}/{tcfg.run}@latest"}
+
+
+# -- one seed --------------------------------------------------------------------------------------
+
+
+def train_seed(tcfg: TrainConfig) -> dict:
+    """Train (or resume, or find finished) one seed; its val history and return curve."""
+    t0 = time.perf_counter()
+    result = train(tcfg)
+    history = [dict(r) for r in result.state.history]
+    returns = []
+    jsonl = result.folder / "metrics.jsonl"
+    if jsonl.is_file():
+        for line in jsonl.read_text().splitlines():
+            row = json.loads(line)
+            if "charts/episodic_return" in row:
+                returns.append((int(row["step"]), float(row["charts/episodic_return"])))
+    return {
+        "run": result.run,
+        "env_steps": int(result.state.env_steps),
+        "train_seconds": time.perf_counter() - t0,
+        "val_history": history,
+        "returns": returns,
+    }
+
+
+def evaluate_seed(cfg: StudyConfig, tcfg: TrainConfig, seed: int) -> dict:
+    """Both final policies of a seed on ``eval_suite``: metrics and per-clip values, paired by clip."""
+    specs = policy_specs(tcfg)
+    out = Path(cfg.out) / f"eval-s{seed}"
+    ecfg = EvaluateConfig(
+        compare=tuple(specs[s] for s in STAGES),
+        suite=cfg.eval_suite,
+        out=str(out),
+        env=dict(tcfg.env),
+        seed=seed,
+        num_actors=cfg.eval_num_actors,
+        num_envs=cfg.eval_num_envs,
+        videos=cfg.videos,
+        ray_address=tcfg.ray_address,
+    )
+    t0 = time.perf_counter()
+    res = run_evaluation(ecfg)
+    labels = dict(zip(STAGES, res.summary["order"]))
+    stages = {}
+    for stage in STAGES:
+        recs = res.records[labels[stage]]
+        stages[stage] = {
+            "policy": specs[stage],
+            "metrics": rad_metrics(recs),
+            "clips": {r["scenario"]: clip_values(r) for r in recs},
+        }
+    return {"eval_seconds": time.perf_counter() - t0, "report": str(out / "report.md"), "stages": stages}
+
+
+# -- across seeds ----------------------------------------------------------------------------------
+
+
+def paired(seeds: list[dict]) -> dict:
+    """RL+IL - IL on the same clips: pooled over seeds x clips, and per seed (t interval across seeds)."""
+    out = {}
+    for key, label in PAIRED:
+        a_all, b_all, per_seed = [], [], []
+        for s in seeds:
+            a, b = s["eval"]["stages"]["il"]["clips"], s["eval"]["stages"]["rl+il"]["clips"]
+            ids = sorted(set(a) & set(b))
+            xa = [float(a[i][key]) for i in ids]
+            xb = [float(b[i][key]) for i in ids]
+            a_all += xa
+            b_all += xb
+            per_seed.append(float(np.mean(np.subtract(xb, xa))) if ids else math.nan)
+        d: dict = dict(paired_difference(a_all, b_all, seed=0))
+        d["label"] = label
+        d["across_seeds"] = seed_interval(per_seed)
+        if key == "collision":
+            d["mcnemar"] = mcnemar(np.asarray(a_all) > 0.5, np.asarray(b_all) > 0.5)
+        out[key] = d
+    return out
+
+
+def aggregate(seeds: list[dict]) -> dict:
+    """Per stage and metric: the mean across seeds with its Student-t 95 % interval."""
+    return {
+        stage: {
+            key: seed_interval([s["eval"]["stages"][stage]["metrics"][key] for s in seeds]) for key, _, _ in SUMMARY
+        }
+        for stage in STAGES
+    }
+
+
+def verdict(agg: dict, pair: dict) -> dict:
+    """The issue's target, checked: CR down with the paired interval excluding 0, RC >= 0.95 IL's, DR no worse."""
+    il, rl = agg["il"], agg["rl+il"]
+    cr = pair["collision"]
+    checks = {
+        "cr_lower_significant": bool(cr["hi"] < 0.0),
+        "rc_at_least_95pct": bool(rl["RC"]["mean"] >= 0.95 * il["RC"]["mean"]),
+        "dr_no_worse": bool(rl["DR"]["mean"] <= il["DR"]["mean"] + 1e-12),
+    }
+    return {"met": all(checks.values()), **checks}
+
+
+# -- report ----------------------------------------------------------------------------------------
+
+
+def _ci(d: dict, digits: int = 3) -> str:
+    if not d or d.get("n", 0) == 0 or not math.isfinite(d["mean" if "mean" in d else "diff"]):
+        return "n/a"
+    m = d["mean"] if "mean" in d else d["diff"]
+    return f"{m:.{digits}f} [{d['lo']:.{digits}f}, {d['hi']:.{digits}f}]"
+
+
+def report_md(study: dict) -> str:
+    cfg, agg, pair, v = study["config"], study["aggregate"], study["paired"], study["verdict"]
+    n_clips = len(next(iter(study["seeds"]))["eval"]["stages"]["il"]["clips"]) if study["seeds"] else 0
+    steps = [s["train"]["env_steps"] for s in study["seeds"]]
+    lines = [
+        f"# Study `{cfg['name']}`: IL vs IL -> RL+IL on `{cfg['eval_suite']}`",
+        "",
+        f"{len(study['seeds'])} seeds x {n_clips} held-out clips; RL budget {min(steps, default=0):,} to "
+        f"{max(steps, default=0):,} env-steps per seed; wall time {study['wall_seconds'] / 60:.1f} min.",
+        "Means across seeds with Student-t 95 % intervals (over the seeds). Lower CR and DR, higher RC, "
+        "driving score and success are better.",
+        "",
+        "| stage | " + " | ".join(label for _, label, _ in SUMMARY) + " |",
+        "|---|" + "---|" * len(SUMMARY),
+    ]
+    for stage in STAGES:
+        lines.append(f"| {stage} | " + " | ".join(_ci(agg[stage][k]) for k, _, _ in SUMMARY) + " |")
+    lines += [
+        "",
+        "## Paired: RL+IL - IL on the same clips",
+        "",
+        "Pooled over seeds x clips with a bootstrap 95 % interval over the pairs; per seed, the mean "
+        "difference with a t interval across seeds.",
+        "",
+        "| metric | pooled | across seeds |",
+        "|---|---|---|",
+    ]
+    for d in pair.values():
+        lines.append(f"| {d['label']} | {_ci(d)} | {_ci(d['across_seeds'])} |")
+    mc = pair["collision"]["mcnemar"]
+    lines += [
+        "",
+        f"McNemar on collisions: RL+IL fixed {mc['only_a']} clips that IL collided in and broke {mc['only_b']} "
+        f"that IL drove (exact p = {mc['p_value']:.3g}).",
+        "",
+        "## Target",
+        "",
+        f"CR lower with the paired interval excluding 0: **{v['cr_lower_significant']}**; RC >= 0.95 x IL's: "
+        f"**{v['rc_at_least_95pct']}**; DR no worse: **{v['dr_no_worse']}**. Target met: **{v['met']}**.",
+        "",
+        "![stages](stages.png)",
+        "",
+        "![curves](curves.png)",
+        "",
+        "## Seeds",
+        "",
+        "| seed | run | env-steps | train min | IL CR | RL+IL CR | IL RC | RL+IL RC | report |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in study["seeds"]:
+        il, rl = s["eval"]["stages"]["il"]["metrics"], s["eval"]["stages"]["rl+il"]["metrics"]
+        folder = Path(s["eval"]["report"]).parent.name
+        lines.append(
+            f"| {s['seed']} | {s['train']['run']} | {s['train']['env_steps']:,} | "
+            f"{s['train']['train_seconds'] / 60:.1f} | {il['CR']:.3f} | {rl['CR']:.3f} | {il['RC']:.3f} | "
+            f"{rl['RC']:.3f} | [{folder}]({folder}/report.md) |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot(study: dict, out: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    files = []
+    agg = study["aggregate"]
+    fig, axes = plt.subplots(1, len(SUMMARY), figsize=(3 * len(SUMMARY), 3))
+    for ax, (key, label, _) in zip(axes, SUMMARY):
+        means = [agg[s][key]["mean"] for s in STAGES]
+        err = [
+            [m - agg[s][key]["lo"] for s, m in zip(STAGES, means)],
+            [agg[s][key]["hi"] - m for s, m in zip(STAGES, means)],
+        ]
+        ax.bar(STAGES, means, yerr=err, capsize=4, color=["#8da0cb", "#fc8d62"])
+        for s in study["seeds"]:
+            ax.plot(STAGES, [s["eval"]["stages"][st]["metrics"][key] for st in STAGES], "k.-", alpha=0.4, lw=0.8)
+        ax.set_title(label)
+    fig.suptitle(f"{study['config']['eval_suite']}: mean and 95 % interval across seeds (dots: seeds)")
+    fig.tight_layout()
+    files.append(out / "stages.png")
+    fig.savefig(files[-1], dpi=110)
+    plt.close(fig)
+
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.2))
+    for s in study["seeds"]:
+        hist = [h for h in s["train"]["val_history"] if h.get("stage") != "il" or h.get("label") == "il"]
+        xs = [h["env_steps"] for h in hist]
+        axes[0].plot(xs, [h.get("CR", math.nan) for h in hist], ".-", label=f"seed {s['seed']}")
+        axes[1].plot(xs, [h.get("RC", math.nan) for h in hist], ".-")
+        if s["train"]["returns"]:
+            x, y = zip(*s["train"]["returns"])
+            axes[2].plot(x, y, lw=0.8)
+    for ax, t in zip(axes, ("val CR", "val route completion", "episodic return (rollouts)")):
+        ax.set_title(t)
+        ax.set_xlabel("RL env-steps")
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    files.append(out / "curves.png")
+    fig.savefig(files[-1], dpi=110)
+    plt.close(fig)
+    return files
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _finite(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_finite(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, np.generic):
+        return obj.item()
+    return obj
+
+
+# -- the whole study -------------------------------------------------------------------------------
+
+
+def run(cfg: StudyConfig) -> dict:
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    seeds = []
+    for seed in range(cfg.first_seed, cfg.first_seed + cfg.seeds):
+        tcfg = seed_run(cfg, seed)
+        log.info("study %s: seed %d (run %s)", cfg.name, seed, tcfg.run)
+        trained = train_seed(tcfg)
+        ev = evaluate_seed(cfg, tcfg, seed)
+        seeds.append({"seed": seed, "train": trained, "eval": ev})
+        il, rl = ev["stages"]["il"]["metrics"], ev["stages"]["rl+il"]["metrics"]
+        print(
+            f"study {cfg.name}: seed {seed} on {cfg.eval_suite}: CR IL {il['CR']:.3f} -> RL+IL {rl['CR']:.3f}, "
+            f"RC {il['RC']:.3f} -> {rl['RC']:.3f}, DR {il['DR']:.3f} -> {rl['DR']:.3f}",
+            flush=True,
+        )
+    agg = aggregate(seeds)
+    pair = paired(seeds)
+    study = {
+        "config": to_dict(cfg),
+        "seeds": seeds,
+        "aggregate": agg,
+        "paired": pair,
+        "verdict": verdict(agg, pair),
+        "wall_seconds": time.perf_counter() - t0,
+    }
+    study = _finite(study)  # a dict in, a dict out
+    _write(out / "study.json", json.dumps(study, indent=2) + "\n")
+    plot(study, out)
+    _write(out / "study.md", report_md(study))
+    return study
+
+
+def main(argv=None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    cfg = parse_cli(StudyConfig, argv, "python -m learner.study", __doc__.split("\n\n")[0])
+    study = run(cfg)
+    print(report_md(study))
+    print(f"wrote {Path(cfg.out) / 'study.json'}, {Path(cfg.out) / 'study.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

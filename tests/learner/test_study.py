@@ -1,0 +1,114 @@
+"""learner.study end to end on a tiny budget: two seeds, IL vs IL -> RL+IL, paired on the same clips."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from learner.study import STAGES, StudyConfig, aggregate, paired, run, verdict
+from scenarios import save
+from sim.configs import from_dict
+from tests.envs.handmade import straight_scenario
+
+
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory):
+    d = tmp_path_factory.mktemp("study_suite")
+    save(straight_scenario(d, sid="plain", horizon=10), d / "plain.json")
+    save(straight_scenario(d, sid="lead", horizon=10, lead_gap=8.0, lead_speed=0.0), d / "lead.json")
+    return d
+
+
+def tiny_study(tmp, suite) -> StudyConfig:
+    train = {
+        "store": str(tmp / "store"),
+        "suite": str(suite),
+        "env": {"resolution": [32, 16], "render_backend": "cpu"},
+        "policy": {"embed_dim": 32, "hidden_dim": 64},
+        "rollout": {"num_actors": 0, "envs_per_actor": 2, "fragment_length": 6},
+        "ppo": {"epochs": 1, "minibatches": 2},
+        "il": {"pretrain_iterations": 2, "steps_per_iteration": 2, "batch_size": 16, "rl_rounds": 2, "il_rounds": 1},
+        "eval": {"suite": str(suite), "every": 1, "num_envs": 2},
+        "iterations": 2,
+        "checkpoint_every": 1,
+        "tensorboard": False,
+    }
+    return from_dict(
+        StudyConfig,
+        {"name": "tiny", "out": str(tmp / "study"), "seeds": 2, "eval_suite": str(suite), "eval_num_actors": 0,
+         "eval_num_envs": 2, "train": train},
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+def test_study_trains_evaluates_and_reports(tmp_path, suite):
+    cfg = tiny_study(tmp_path, suite)
+    study = run(cfg)
+    out = tmp_path / "study"
+    for name in ("study.json", "study.md", "stages.png", "curves.png", "eval-s0/report.md", "eval-s1/metrics.json"):
+        assert (out / name).is_file(), name
+    saved = json.loads((out / "study.json").read_text())
+    assert [s["seed"] for s in saved["seeds"]] == [0, 1]
+    for s in saved["seeds"]:
+        assert s["train"]["env_steps"] == 2 * 6 * 2  # iterations x fragment x envs
+        for stage in STAGES:
+            assert sorted(s["eval"]["stages"][stage]["clips"]) == ["lead", "plain"]
+        assert s["eval"]["stages"]["il"]["policy"].endswith(f"tiny-s{s['seed']}-il@latest")
+        # the learning curve: the IL evaluation, one after each RL iteration but the last, the final one
+        assert [h["label"] for h in s["train"]["val_history"]] == ["il", "rl@1", "rl+il"]
+    # the across-seed mean is the mean of the per-seed values; the paired difference the mean over pairs
+    cr = [s["eval"]["stages"]["rl+il"]["metrics"]["CR"] for s in saved["seeds"]]
+    assert saved["aggregate"]["rl+il"]["CR"]["mean"] == pytest.approx(np.mean(cr))
+    diffs = [
+        s["eval"]["stages"]["rl+il"]["clips"][c]["RC"] - s["eval"]["stages"]["il"]["clips"][c]["RC"]
+        for s in saved["seeds"]
+        for c in ("lead", "plain")
+    ]
+    assert saved["paired"]["RC"]["diff"] == pytest.approx(np.mean(diffs)) and saved["paired"]["RC"]["n"] == 4
+    md = (out / "study.md").read_text()
+    assert "| il |" in md and "| rl+il |" in md and "McNemar" in md and "Target met" in md
+    assert study["verdict"] == saved["verdict"]
+
+    # rerunning the same study resumes: nothing is trained again, the numbers are the same
+    again = run(cfg)
+    assert [s["train"]["env_steps"] for s in again["seeds"]] == [24, 24]
+    assert again["aggregate"] == study["aggregate"]
+
+
+def _seed(il_clips, rl_clips, il_m, rl_m):
+    def stage(clips, m):
+        return {"clips": clips, "metrics": m}
+
+    return {"eval": {"stages": {"il": stage(il_clips, il_m), "rl+il": stage(rl_clips, rl_m)}}}
+
+
+def test_verdict_and_pairs_by_hand():
+    def clip(coll, rc):
+        return {"collision": coll, "RC": rc, "DS": rc * (0.6 if coll else 1.0), "failure": coll}
+
+    il = {"a": clip(1.0, 0.5), "b": clip(1.0, 0.4), "c": clip(0.0, 1.0)}
+    rl = {"a": clip(0.0, 1.0), "b": clip(0.0, 1.0), "c": clip(0.0, 1.0)}
+    m = {"CR": 2 / 3, "DR": 0.0, "RC": 0.633, "DS": 0.5, "success_rate": 1 / 3}
+    m2 = {"CR": 0.0, "DR": 0.0, "RC": 1.0, "DS": 1.0, "success_rate": 1.0}
+    seeds = [_seed(il, rl, m, m2), _seed(il, rl, m, m2)]
+    pair = paired(seeds)
+    assert pair["collision"]["diff"] == pytest.approx(-2 / 3) and pair["collision"]["n"] == 6
+    assert pair["collision"]["mcnemar"]["only_a"] == 4 and pair["collision"]["mcnemar"]["only_b"] == 0
+    assert pair["RC"]["diff"] == pytest.approx((0.5 + 0.6 + 0.0) / 3)
+    agg = aggregate(seeds)
+    assert agg["il"]["CR"]["mean"] == pytest.approx(2 / 3) and agg["il"]["CR"]["lo"] == pytest.approx(2 / 3)
+    v = verdict(agg, pair)
+    assert v == {"met": True, "cr_lower_significant": True, "rc_at_least_95pct": True, "dr_no_worse": True}
+    # RC falling below 95 % of IL's fails the target even with fewer collisions
+    m3 = dict(m2, RC=0.5)
+    v = verdict(aggregate([_seed(il, rl, m, m3)] * 2), pair)
+    assert not v["met"] and not v["rc_at_least_95pct"]
+    assert math.isfinite(pair["DS"]["diff"])
+
+
+def test_study_refuses_a_stage_it_cannot_pair():
+    with pytest.raises(Exception, match="il\\+rl"):
+        from_dict(StudyConfig, {"train": {"stage": "il"}})
