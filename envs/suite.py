@@ -18,6 +18,9 @@ import numpy as np
 
 from envs.config import EnvConfig
 from envs.scenario_data import ScenarioCache, ScenarioData
+from scenarios.builtin import load_suite
+from scenarios.format import Scenario
+from scenarios.io import ScenarioError, load
 
 log = logging.getLogger("envs")
 
@@ -26,10 +29,7 @@ def resolve_scenarios(source, skip_broken: bool = False) -> list:
     """Scenarios from a built-in suite name, a suite folder, a scenario file, a Scenario, or a
     sequence of those. A broken file raises a ValueError naming it (``scenarios.ScenarioError``);
     with ``skip_broken=True`` it is logged and left out."""
-    from scenarios import format as fmt
-    from scenarios.io import ScenarioError, load, load_suite
-
-    if isinstance(source, fmt.Scenario):
+    if isinstance(source, Scenario):
         return [source]
     if isinstance(source, str | os.PathLike):
         p = Path(source)

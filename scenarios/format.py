@@ -183,11 +183,3 @@ class Scenario:
             np.stack([o.pose for o in self.static_obstacles]).astype(np.float64),
             np.stack([o.size for o in self.static_obstacles]).astype(np.float64),
         )
-
-    def load_scene(self):
-        """The ``sim.Scene`` of this scenario: background and assets loaded from the PLYs (each file
-        once per process, assets shared by name), agents with an asset as ActorTracks over steps
-        0..horizon. See :func:`scenarios.scene.load_scene`."""
-        from scenarios.scene import load_scene
-
-        return load_scene(self)

@@ -588,24 +588,16 @@ def scenario_files(folder: str | os.PathLike) -> list[Path]:
     return sorted(p for p in folder.glob("*.json") if not p.name.startswith("."))
 
 
-def load_suite(dir_or_name: str | os.PathLike, skip_broken: bool = False) -> list[Scenario]:
-    """Every scenario of a suite: a folder of scenario files, or a built-in suite's name
-    (``scenarios.builtin.BUILTIN_SUITES``, generated into the cache on first use).
+def load_folder(folder: str | os.PathLike, skip_broken: bool = False) -> list[Scenario]:
+    """Every scenario of a suite folder (its ``*.json`` files, by name). ``scenarios.load_suite`` also
+    takes a built-in suite's name.
 
     A broken file raises :class:`ScenarioError` listing every broken file and why; with
     ``skip_broken=True`` each is logged as a warning and left out instead.
     """
-    p = Path(dir_or_name)
+    p = Path(folder)
     if not p.is_dir():
-        from scenarios.builtin import BUILTIN_SUITES, builtin_suite
-
-        name = str(dir_or_name)
-        if name in BUILTIN_SUITES:
-            p = builtin_suite(name)
-        else:
-            raise ScenarioError(
-                f"{name}: not a folder of scenario files, nor a built-in suite ({', '.join(BUILTIN_SUITES)})"
-            )
+        raise ScenarioError(f"{p}: not a folder of scenario files")
     files = scenario_files(p)
     if not files:
         raise ScenarioError(f"{p}: no scenario files (*.json) in this folder")
@@ -618,7 +610,7 @@ def load_suite(dir_or_name: str | os.PathLike, skip_broken: bool = False) -> lis
     if broken and not skip_broken:
         raise ScenarioError(
             f"{p}: {len(broken)} of {len(files)} scenario files are broken "
-            f"(load_suite(..., skip_broken=True) leaves them out):\n  " + "\n  ".join(broken)
+            f"(skip_broken=True, in load_suite or the env config, leaves them out):\n  " + "\n  ".join(broken)
         )
     for msg in broken:
         log.warning("skipping broken scenario: %s", msg)

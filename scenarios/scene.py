@@ -15,6 +15,7 @@ import numpy as np
 
 from scenarios.format import Scenario
 from sim.gaussians import GaussianCloud
+from sim.ply import load_ply
 from sim.scene import ActorTrack, Scene
 
 BACKGROUND_CACHE_SIZE = 16
@@ -31,8 +32,6 @@ def _key(path: Path) -> tuple:
 
 def load_cloud(path: Path, kind: str = "asset") -> GaussianCloud:
     """The cloud in ``path`` (a 3DGS PLY), read at most once per process while the file is unchanged."""
-    from sim.ply import load_ply
-
     key = _key(path)
     with _lock:
         cache = _backgrounds if kind == "background" else _assets

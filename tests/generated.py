@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-NOT_GENERATOR = ("evaluate.py", "report.py", "baselines.py")  # scenarios/ modules that do not shape a scenario
+NOT_GENERATOR = ("evaluate.py", "generate.py")  # scenarios/ modules that do not shape a scenario (CLIs)
 
 
 def generator_hash() -> str:
@@ -31,7 +31,7 @@ def generated_suite(name: str, suite: str, env_var: str) -> Path:
     if given:
         return Path(given)
     from scenarios.format import KINDS
-    from scenarios.generate import generate_suite
+    from scenarios.generation import generate_suite
 
     out = ROOT / ".cache" / name / generator_hash()
     if not (out / "suite.yaml").is_file():  # written last: a folder without it is incomplete

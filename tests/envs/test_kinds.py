@@ -62,14 +62,13 @@ def test_check_env_on_each_kind(scenario_files, kind):
 
 def _builtin_files() -> list[Path]:
     """Scenario files of the built-in suites already generated in the cache (never generated here)."""
-    from scenarios.builtin import BUILTIN_SUITES, BUILTIN_VERSION, cache_root
+    from scenarios.builtin import BUILTIN_SUITES, is_generated, suite_folder
     from scenarios.io import scenario_files
 
     out = []
     for name in BUILTIN_SUITES:
-        folder = cache_root() / f"builtin-{name}-v{BUILTIN_VERSION}"
-        if (folder / "suite.yaml").is_file():
-            out += scenario_files(folder)
+        if is_generated(name):
+            out += scenario_files(suite_folder(name))
     return out
 
 

@@ -5,15 +5,12 @@ into the background where the env's static query finds them."""
 from __future__ import annotations
 
 import json
-import threading
-import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import scenarios
-from scenarios import builtin, generate
+from scenarios import generate, generation
 from scenarios.checks import (
     CLEARANCE,
     collision_steps,
@@ -22,15 +19,16 @@ from scenarios.checks import (
     first_constant_speed_collision,
 )
 from scenarios.format import KINDS
-from scenarios.generate import (
+from scenarios.generate import parse_args
+from scenarios.generation import (
     SEEDS_PER_SUITE,
     SUITE_SEED_BASE,
     ProceduralGarage,
-    parse_args,
     plan_scenario,
     scenario_id,
     suite_seed_base,
 )
+from scenarios.scene import load_scene
 from sim.geometry import boxes_overlap, project_to_polyline
 
 SHOP = ProceduralGarage()
@@ -151,7 +149,9 @@ def test_suites_draw_from_disjoint_seed_ranges():
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory):
     out = tmp_path_factory.mktemp("suite")
-    generate.generate_suite(out, "test", count=2, kinds=("parked_obstacle", "crossing"), gaussians=5000, progress=False)
+    generation.generate_suite(
+        out, "test", count=2, kinds=("parked_obstacle", "crossing"), gaussians=5000, progress=False, workers=1
+    )
     return out
 
 
@@ -163,7 +163,7 @@ def test_generated_files_load(generated):
         assert sc.tags["difficulty"] in ("easy", "medium", "hard")
         assert sc.scene.background.parent == (generated / "backgrounds").resolve()
         assert all(p.parent == (generated / "assets").resolve() for p in sc.scene.assets.values())
-        scene = sc.load_scene()
+        scene = load_scene(sc)
         assert len(scene.background) > 1000 and set(scene.actors) == {a.id for a in sc.agents}
     assert (generated / "suite.yaml").is_file()
 
@@ -172,7 +172,7 @@ def test_obstacle_gaussians_found_by_static_index(generated):
     from sim.collision import StaticIndex
 
     sc = next(s for s in scenarios.load_suite(generated) if s.kind == "parked_obstacle")
-    index = StaticIndex.from_cloud(sc.load_scene().background, opacity_threshold=0.5)
+    index = StaticIndex.from_cloud(load_scene(sc).background, opacity_threshold=0.5)
     lift = 0.3  # the env's query box starts this high (curbs and paint stay below)
     (o,) = sc.static_obstacles
     assert index.count_in_box([o.pose[0], o.pose[1], lift], o.size - [0, 0, lift], float(o.pose[3])) >= 50
@@ -191,11 +191,18 @@ def test_obstacle_gaussians_found_by_static_index(generated):
 
 @pytest.mark.slow
 def test_generation_is_byte_deterministic(generated, tmp_path):
-    generate.generate_suite(tmp_path, "test", count=1, kinds=("parked_obstacle",), gaussians=5000, progress=False)
-    (f,) = tmp_path.glob("*.json")
-    assert f.read_text() == (generated / f.name).read_text()
-    bg = f"backgrounds/{f.stem}.ply"
-    assert (tmp_path / bg).read_bytes() == (generated / bg).read_bytes()
+    """The same files from two worker subprocesses as from this process (the fixture's)."""
+    done = []
+    files = generation.generate_suite(
+        tmp_path, "test", count=2, kinds=("parked_obstacle", "crossing"), gaussians=5000, progress=False, workers=2,
+        on_scenario=lambda k, n: done.append((k, n)),
+    )  # fmt: skip
+    assert [f.name for f in files] == sorted(f.name for f in generated.glob("*.json"))[::-1]  # kinds in order
+    assert done == [(1, 2), (2, 2)]
+    for f in files:
+        assert f.read_text() == (generated / f.name).read_text()
+        bg = f"backgrounds/{f.stem}.ply"
+        assert (tmp_path / bg).read_bytes() == (generated / bg).read_bytes()
 
 
 def test_cli(tmp_path, capsys):
@@ -232,53 +239,3 @@ def test_cli_help(capsys):
     assert e.value.code == 0
     text = capsys.readouterr().out
     assert "--kinds" in text and "cut_in" in text and "1,000,000" in text
-
-
-# -- built-in suites: built once, atomically, whoever asks first -----------------------------------
-
-
-def _fake_generate(calls: list, delay: float = 0.3):
-    def fake(out, suite, count, seed, kinds, gaussians, workers=1, progress=True):
-        calls.append(suite)
-        time.sleep(delay)  # long enough for the other threads to pile up on the lock
-        Path(out).mkdir(parents=True)
-        (Path(out) / "suite.yaml").write_text("suite: x\n")
-        return []
-
-    return fake
-
-
-def test_builtin_suite_built_once_under_concurrency(tmp_path, monkeypatch):
-    monkeypatch.setenv("SPLATDRIVE_CACHE", str(tmp_path))
-    calls: list = []
-    monkeypatch.setattr(generate, "generate_suite", _fake_generate(calls))
-    got = []
-    threads = [
-        threading.Thread(target=lambda: got.append(builtin.builtin_suite("val", progress=False))) for _ in range(4)
-    ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert calls == ["val"]
-    want = tmp_path / "scenarios" / f"builtin-val-v{builtin.BUILTIN_VERSION}"
-    assert got == [want] * 4 and (want / "suite.yaml").is_file()
-    assert not list((tmp_path / "scenarios").glob(".tmp-*"))
-    assert builtin.builtin_suite("val") == want and calls == ["val"]  # cached now
-
-
-def test_builtin_suite_failed_build_leaves_nothing(tmp_path, monkeypatch):
-    monkeypatch.setenv("SPLATDRIVE_CACHE", str(tmp_path))
-
-    def boom(out, **kw):
-        Path(out).mkdir(parents=True)
-        (Path(out) / "half.json").write_text("{}")
-        raise RuntimeError("disk full")
-
-    monkeypatch.setattr(generate, "generate_suite", lambda out, *a, **kw: boom(out))
-    with pytest.raises(RuntimeError, match="disk full"):
-        builtin.builtin_suite("test", progress=False)
-    lock = tmp_path / "scenarios" / f".builtin-test-v{builtin.BUILTIN_VERSION}.lock"
-    assert list((tmp_path / "scenarios").iterdir()) == [lock]
-    with pytest.raises(ValueError, match="built-in suites are train, val, test"):
-        builtin.builtin_suite("huge")

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 import scenarios
-from scenarios.io import ScenarioError, from_dict, load, load_suite, save, to_dict
+from scenarios.io import ScenarioError, from_dict, load, load_folder, save, to_dict
+from scenarios.scene import clear_cache, load_scene
 from sim.gaussians import GaussianCloud
 from sim.ply import save_ply
 
@@ -242,25 +243,25 @@ def test_load_suite_names_broken_files(tmp_path, caplog):
     bad["dt"] = -1
     write(tmp_path, bad, "c.json")
     with pytest.raises(ScenarioError) as e:
-        load_suite(tmp_path)
+        load_folder(tmp_path)
     assert "1 of 3 scenario files are broken" in str(e.value)
     assert f"{tmp_path / 'c.json'}: dt: must be > 0.0" in str(e.value)
     with caplog.at_level(logging.WARNING):
-        got = load_suite(tmp_path, skip_broken=True)
+        got = load_folder(tmp_path, skip_broken=True)
     assert [s.id for s in got] == ["tiny-0", "tiny-1"]
     assert "c.json" in caplog.text
 
 
 def test_load_suite_errors(tmp_path):
     with pytest.raises(ScenarioError, match="no scenario files"):
-        load_suite(tmp_path)
-    with pytest.raises(ScenarioError, match="nor a built-in suite"):
-        load_suite(tmp_path / "nope")
+        load_folder(tmp_path)
+    with pytest.raises(ScenarioError, match="nope: not a folder of scenario files"):
+        load_folder(tmp_path / "nope")
     doc = make_doc(tmp_path)
     write(tmp_path, doc, "a.json")
     write(tmp_path, doc, "b.json")
     with pytest.raises(ScenarioError, match="ids must be unique"):
-        load_suite(tmp_path)
+        load_folder(tmp_path)
 
 
 def test_from_dict_without_a_file(tmp_path):
@@ -271,17 +272,15 @@ def test_from_dict_without_a_file(tmp_path):
 
 
 def test_load_scene_shares_clouds(tmp_path):
-    from scenarios.scene import clear_cache
-
     clear_cache()
     doc = make_doc(tmp_path)
     sc = load(write(tmp_path, doc))
-    scene = sc.load_scene()
+    scene = load_scene(sc)
     assert len(scene.background) == 50 and set(scene.actors) == {"lead"} and scene.num_steps == H + 1
     assert len(scene.compose(0).instances) == 1
     doc["id"] = "tiny-1"
     sc2 = load(write(tmp_path, doc, "b.json"))
-    scene2 = sc2.load_scene()
+    scene2 = load_scene(sc2)
     assert scene2.background is scene.background and scene2.assets["car"] is scene.assets["car"]  # read once
 
 
