@@ -18,7 +18,7 @@ import pytest
 
 from evaluation import baselines
 from evaluation.evaluate import EvaluateConfig, PolicyError, main, parse_args, run
-from evaluation.metrics import EVENTS, by_kind, rad_metrics
+from evaluation.metrics import EVENTS, rad_metrics
 from evaluation.report import RAD_COLUMNS, worst_first
 from scenarios.actions import ActionSpec
 from tests.generated import generated_suite
@@ -251,6 +251,66 @@ def test_lane_follow_keeps_its_lane_and_hits_the_parked_car(baseline_eval):
         assert max(r["path_distance"][:-1]) < 0.5, r["scenario"]
 
 
+def _by_hand(recs) -> dict:
+    """CR, DCR, SCR, DR, PDR, HDR, success rate, ADD and the event counts of clip records, counted here in
+    plain Python from the definitions (not with ``evaluation.metrics``): first failure per clip, over all
+    clips; ADD over the path distances before any failure (a failed clip's last one is the failing step's)."""
+    n = len(recs)
+    count = {e: 0 for e in EVENTS}
+    dists = []
+    for r in recs:
+        if r["event"]:
+            count[r["event"]] += 1
+        d = list(r["path_distance"])
+        dists += d[:-1] if r["event"] else d
+    dcr, scr = count["dynamic_collision"] / n, count["static_collision"] / n
+    pdr, hdr = count["position_deviation"] / n, count["heading_deviation"] / n
+    return dict(
+        n=n, DCR=dcr, SCR=scr, CR=dcr + scr, PDR=pdr, HDR=hdr, DR=pdr + hdr,
+        success_rate=sum(1 for r in recs if not r["event"]) / n,
+        ADD=sum(dists) / len(dists) if dists else None,
+        **{f"count_{e}": c for e, c in count.items()},
+    )  # fmt: skip
+
+
+def _assert_close(got: dict, want: dict, where) -> None:
+    for k, v in want.items():
+        assert (got[k] is None and v is None) or got[k] == pytest.approx(v, rel=1e-12, abs=1e-12), (where, k)
+
+
+def test_metrics_json_holds_hand_counted_rates_of_hand_made_records(tmp_path):
+    """Records whose CR, DR and ADD are known by hand, written by the evaluation's own summary and writer."""
+    from evaluation.evaluate import summarise, write_outputs
+    from evaluation.rollouts import PolicyEntry
+
+    def rec(sid, kind, event, pd):
+        n = len(pd)
+        return dict(scenario=sid, kind=kind, horizon=3, event=event, steps=n - 1, ret=0.0, path_distance=pd,
+                    speed=[10.0] * n, yaw=[0.0] * n, error="", collision_location="")  # fmt: skip
+
+    recs = [
+        rec("a", "merge", "", [0.0, 0.5, 1.0, 1.5]),  # clean: all four distances count
+        rec("b", "cut_in", "dynamic_collision", [0.2, 0.4, 9.0]),  # 9.0 is the failing step's: left out
+        rec("c", "cut_in", "position_deviation", [1.0, 3.0, 2.5]),
+        rec("d", "merge", "static_collision", [0.0, 7.0]),
+    ]
+    scen = [type("S", (), dict(id=r["scenario"], tags={"kind": r["kind"]}))() for r in recs]
+    cfg = EvaluateConfig(policy="expert", suite="hand", out=str(tmp_path), plot=False, progress=False)
+    entry = PolicyEntry("expert", "expert", "baseline", {})
+    summary = summarise([entry], {"expert": recs}, scen, cfg, "hand", 0.0)
+    write_outputs(summary, {"expert": recs}, {}, cfg, tmp_path)
+    got = json.loads((tmp_path / "metrics.json").read_text())["policies"]["expert"]
+    o = got["overall"]
+    # by hand: 4 clips; one dynamic and one static collision, one position deviation, one success
+    assert (o["n"], o["DCR"], o["SCR"], o["CR"], o["PDR"], o["HDR"], o["DR"]) == (4, 0.25, 0.25, 0.5, 0.25, 0.0, 0.25)
+    assert o["success_rate"] == 0.25 and o["count_dynamic_collision"] == 1 and o["count_heading_deviation"] == 0
+    assert o["ADD"] == pytest.approx((0 + 0.5 + 1.0 + 1.5 + 0.2 + 0.4 + 1.0 + 3.0 + 0.0) / 9)
+    assert got["by_kind"]["cut_in"]["CR"] == 0.5 and got["by_kind"]["cut_in"]["DR"] == 0.5
+    assert got["by_kind"]["merge"]["CR"] == 0.5 and got["by_kind"]["merge"]["n"] == 2
+    assert got["by_kind"]["merge"]["ADD"] == pytest.approx((0 + 0.5 + 1.0 + 1.5 + 0.0) / 5)
+    _assert_close(o, _by_hand(recs), "hand-made")  # the helper the closed-loop test relies on agrees too
+
+
 @pytest.mark.slow
 def test_metrics_json_holds_rad_metrics_of_the_records(baseline_eval):
     data = json.loads((baseline_eval.out / "metrics.json").read_text())
@@ -260,17 +320,14 @@ def test_metrics_json_holds_rad_metrics_of_the_records(baseline_eval):
         recs = baseline_eval.records[p]
         assert [r["scenario"] for r in recs] == data["scenarios"]  # same scenarios, same order
         assert all(len(r["speed"]) == len(r["yaw"]) == r["steps"] + 1 for r in recs)  # ego_state filled
-        want = rad_metrics(recs)
-        got = data["policies"][p]["overall"]
-        for k, v in want.items():
-            assert (got[k] is None and math.isnan(v)) or got[k] == pytest.approx(v, rel=1e-12, abs=1e-12), (p, k)
-        kinds = by_kind(recs)
-        assert set(data["policies"][p]["by_kind"]) == set(kinds)
-        for kind, m in kinds.items():
-            assert data["policies"][p]["by_kind"][kind]["CR"] == m["CR"]
-            assert data["policies"][p]["by_kind"][kind]["n"] == m["n"]
-        assert got["n"] == len(recs)
-        assert sum(got[f"count_{e}"] for e in EVENTS) == sum(1 for r in recs if r["event"])
+        _assert_close(data["policies"][p]["overall"], _by_hand(recs), p)
+        kinds = sorted({r["kind"] for r in recs})
+        assert sorted(data["policies"][p]["by_kind"]) == kinds
+        for kind in kinds:
+            _assert_close(data["policies"][p]["by_kind"][kind], _by_hand([r for r in recs if r["kind"] == kind]), kind)
+    # the comparison has something to compare: the expert never fails, constant-velocity does
+    assert data["policies"]["expert"]["overall"]["CR"] == 0
+    assert data["policies"]["constant-velocity"]["overall"]["CR"] > 0
 
 
 @pytest.mark.slow
