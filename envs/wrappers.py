@@ -13,8 +13,7 @@ layout ``"channels"``: the C images stacked along the channel axis, ``[H, W, 3C]
 channels ``3c .. 3c+2``); ``"tiled"``: side by side in rows of ``columns`` cameras (default all in
 one row), ``[rows * H, columns * W, 3]``, an ordinary RGB picture (black where a row is short).
 ``vector``: every other part flattened, concatenated in the order of the observation space's keys
-(gymnasium sorts them: ``agents``, ``agents_mask``, ``ego``, ``map``, ``map_mask``, ``route``, those
-switched on), float32; ``vector_slices`` says where each part lies.
+(gymnasium sorts them by name), float32; ``vector_slices`` maps each part's name to its slice.
 ``image_only=True`` observes the image Box alone (``CnnPolicy``); without cameras the vector Box
 alone is observed. ``StandardVectorObservation`` does the same for ``envs.VectorDrivingEnv``.
 Note stable-baselines3's ``CnnPolicy`` wants images of at least 36 x 36 pixels.
