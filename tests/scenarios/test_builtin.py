@@ -60,7 +60,7 @@ def test_builtin_suite_built_once_under_concurrency(cache, monkeypatch):
         t.start()
     for t in threads:
         t.join()
-    assert calls == [dict(suite="val", count=2 * 7, gaussians=100_000)]
+    assert calls == [dict(suite="val", count=builtin.BUILTIN_SUITES["val"] * 7, gaussians=100_000)]
     want = cache / "scenarios" / f"builtin-val-v{builtin.BUILTIN_VERSION}"
     assert got == [want] * 4 and (want / "suite.yaml").is_file()
     assert not list((cache / "scenarios").glob(".tmp-*"))
@@ -92,7 +92,10 @@ def test_smaller_suites_from_the_environment_live_in_their_own_folder(cache, mon
     got = builtin.builtin_suite("val", progress=False)
     assert got.name == f"builtin-val-v{builtin.BUILTIN_VERSION}-1x4000"
     assert calls == [dict(suite="val", count=len(KINDS), gaussians=4000)]
-    assert builtin.suite_folder("val", per_kind=2, gaussians=100_000).name == f"builtin-val-v{builtin.BUILTIN_VERSION}"
+    assert (
+        builtin.suite_folder("val", per_kind=builtin.BUILTIN_SUITES["val"], gaussians=100_000).name
+        == f"builtin-val-v{builtin.BUILTIN_VERSION}"
+    )
     monkeypatch.setenv(builtin.PER_KIND_VAR, "none")
     with pytest.raises(ValueError, match=r"SPLATDRIVE_BUILTIN_PER_KIND='none': expected a int >= 1"):
         builtin.builtin_suite("val")
