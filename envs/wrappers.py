@@ -64,27 +64,33 @@ class _Layout:
             raise TypeError(f"StandardObservation: expected a Dict observation space (SplatDrive-v0), got {space}")
         if layout not in LAYOUTS:
             raise ValueError(f"StandardObservation: layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
-        cams = space.spaces.get("cameras")
+        boxes: dict[str, spaces.Box] = {}
+        for k, sp in space.spaces.items():
+            if not isinstance(sp, spaces.Box) or sp.shape is None:
+                raise TypeError(f"StandardObservation: observation part {k!r} must be a Box, got {sp}")
+            boxes[k] = sp
+        cams = boxes.get("cameras")
         self.layout, self.image_only = layout, bool(image_only)
-        self.vector_keys = tuple(k for k in space.spaces if k != "cameras")
+        self.vector_keys = tuple(k for k in boxes if k != "cameras")
         if image_only and cams is None:
             raise ValueError("StandardObservation: image_only=True needs the cameras (env config cameras=True)")
         out: dict[str, spaces.Space] = {}
         if cams is not None:
-            C = cams.shape[0]
+            cam_shape: tuple[int, ...] = cams.shape
+            C = cam_shape[0]
             self.columns = C if columns is None else int(columns)
             if not 1 <= self.columns <= C:
                 raise ValueError(f"StandardObservation: columns must be in 1..{C} (cameras), got {columns!r}")
-            shape = layout_image(np.zeros(cams.shape, np.uint8), layout, self.columns).shape
+            shape = layout_image(np.zeros(cam_shape, np.uint8), layout, self.columns).shape
             out["image"] = spaces.Box(0, 255, shape, np.uint8)
         if self.vector_keys and not image_only:
-            low = np.concatenate([space[k].low.reshape(-1) for k in self.vector_keys]).astype(np.float32)
-            high = np.concatenate([space[k].high.reshape(-1) for k in self.vector_keys]).astype(np.float32)
+            low = np.concatenate([boxes[k].low.reshape(-1) for k in self.vector_keys]).astype(np.float32)
+            high = np.concatenate([boxes[k].high.reshape(-1) for k in self.vector_keys]).astype(np.float32)
             out["vector"] = spaces.Box(low, high, low.shape, np.float32)
         if not out:
             raise ValueError("StandardObservation: the observation has no parts switched on")
         self.keys = tuple(out)
-        sizes = [int(np.prod(space[k].shape)) for k in self.vector_keys] if "vector" in out else []
+        sizes = [boxes[k].low.size for k in self.vector_keys] if "vector" in out else []
         ends = np.cumsum([0, *sizes])
         self.vector_slices = {k: slice(int(a), int(b)) for k, a, b in zip(self.vector_keys, ends[:-1], ends[1:])}
         self.space: spaces.Space = out[self.keys[0]] if len(out) == 1 else spaces.Dict(out)

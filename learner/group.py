@@ -52,7 +52,7 @@ class LearnerWorker:
         torch.set_num_threads(max(1, int(os.environ.get("SPLATDRIVE_LEARNER_THREADS", "1"))))
         self.build_policy, self.settings = build_policy, settings
         self.rank, self.world = rank, world
-        self.store = None
+        self.store: Any = None  # torch.distributed.TCPStore once serving or joined
         self.learner: Learner | None = None
         self.backend = ""
         if world == 1:  # a group of one needs no process group
