@@ -1,4 +1,4 @@
-"""Env throughput: ``python -m envs.bench --json``.
+"""Env throughput: ``python -m envs.bench --json`` (``--help``: every setting, ``env.*`` included).
 
 Steps one env and a vector env (default 8) with cameras on and off, driving the expert's labels
 (so episodes run their full length, with resets), and reports env-steps/s and the share of step
@@ -11,11 +11,11 @@ average and, beside each wall-clock rate, the rate from this process's CPU time.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import numba
 import numpy as np
@@ -26,6 +26,7 @@ from envs.suite import resolve_scenarios
 from envs.vector import VectorDrivingEnv
 from scenarios.scene import load_cloud
 from sim import rendering
+from sim.configs import field, parse_cli, to_dict
 
 
 @contextmanager
@@ -129,21 +130,32 @@ def _numba_threads() -> int:
     return int(numba.get_num_threads())
 
 
+@dataclass(frozen=True)
+class EnvBenchConfig:
+    steps: int = field(60, help="single-env steps with cameras (x10 without)")
+    vector_steps: int = field(15, help="vector steps with cameras (x10 without)")
+    num_envs: int = field(8, help="environments of the vector env")
+    env: EnvConfig = field(
+        EnvConfig(rig="front3", resolution=(128, 64)),
+        help="the env (envs.EnvConfig; env.suite: the scenarios), cameras switched off for the *_off figures",
+    )
+    json: bool = field(False, help="print JSON only (also --json)")
+
+    def __post_init__(self):
+        if self.steps < 1 or self.vector_steps < 1 or self.num_envs < 1:
+            raise ValueError("steps, vector_steps and num_envs must be >= 1")
+
+
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(prog="python -m envs.bench", description=__doc__.splitlines()[0])
-    p.add_argument("--suite", default=None, help="built-in suite name, folder or scenario file (default: config suite)")
-    p.add_argument("--steps", type=int, default=60, help="single-env steps with cameras (x10 without)")
-    p.add_argument("--vector-steps", type=int, default=15, help="vector steps with cameras (x10 without)")
-    p.add_argument("--num-envs", type=int, default=8)
-    p.add_argument("--rig", default="front3")
-    p.add_argument("--resolution", default="128x64", help="WIDTHxHEIGHT per camera")
-    p.add_argument("--backend", default="auto", help="render backend: auto, cpu, gsplat, reference")
-    p.add_argument("--json", action="store_true", help="print JSON only")
-    args = p.parse_args(argv)
-    w, h = (int(v) for v in args.resolution.lower().split("x"))
-    config = {"rig": args.rig, "resolution": (w, h), "render_backend": args.backend}
-    out = run(args.suite, args.steps, args.vector_steps, args.num_envs, config)
-    if args.json:
+    cfg = parse_cli(
+        EnvBenchConfig,
+        argv,
+        "python -m envs.bench",
+        __doc__.split("\n\n")[0],
+        flags=[("--suite", "env.suite", "scenarios (env.suite)"), ("--json", "json", "print JSON only")],
+    )
+    out = run(None, cfg.steps, cfg.vector_steps, cfg.num_envs, to_dict(cfg.env))
+    if cfg.json:
         print(json.dumps(out, indent=2))
         return
     for k, v in out.items():

@@ -65,7 +65,7 @@ from evaluation.report import (
 from evaluation.rollouts import PolicyEntry, PoolSettings, make_act, rollouts
 from policy.sources import resolve_policy_source
 from sim.camera import make_rig
-from sim.configs import ConfigError, build_parser, field, resolve, to_dict
+from sim.configs import ConfigError, build_parser, field, overrides_dict, resolve, to_dict
 
 log = logging.getLogger("evaluation")
 
@@ -86,7 +86,14 @@ class EvaluateConfig:
     compare: tuple[str, ...] = field((), help="several policies side by side (--compare A B ...); --policy joins them")
     suite: str = field("val", help="scenarios: a built-in suite (train, val, test), a suite folder or a scenario file")
     out: str = field("eval", help="output folder (metrics.json, scenarios.csv, report.md, metrics.png, videos/)")
-    env: dict = field({}, help="environment overrides (envs.EnvConfig keys), e.g. env.render_backend=cpu")
+    # Overrides, not a whole EnvConfig: a trained policy keeps its own observation settings (its
+    # checkpoint's env: parts, rig, bins; SOURCE_ENV_KEYS) unless a key here is given, which a tree of
+    # defaults could not tell apart from a key left unset. Each key is checked as an EnvConfig field.
+    env: dict = field(
+        {},
+        help="environment settings over each policy's own (envs.EnvConfig keys), e.g. env.render_backend=cpu",
+        overrides=EnvConfig,
+    )
     seed: int = field(0, help="the env's seed (the same for every policy)")
     num_actors: int = field(2, help="Ray actors sharing the scenarios; 0 evaluates in this process")
     num_envs: int = field(4, help="environments each actor (or this process) steps together")
@@ -161,6 +168,7 @@ def _slug(label: str) -> str:
 # settings of these (its training env config) are kept, under the evaluation's env overrides. Everything
 # else -- termination thresholds, horizon, collision settings -- is the evaluation's, the same for all.
 SOURCE_ENV_KEYS = (
+    "observation", "navigation_points", "navigation_spacing",
     "cameras", "ego", "route", "agents", "map", "rig", "resolution", "max_agents", "agent_radius",
     "obstacles_as_agents", "map_points", "map_spacing", "map_radius", "route_points", "route_spacing",
     "n_lat", "lat_max", "n_long", "long_max",
@@ -181,8 +189,9 @@ def resolve_policies(specs: Sequence[str], scenarios: Sequence, env: Mapping[str
     for spec in specs:
         spec = str(spec)
         if spec in BASELINES:
+            # baselines read ground truth (the ego's speed, the lane map): the privileged observation
             parts = {p: (p in PARTS[spec]) for p in OBS_PARTS}
-            entry = PolicyEntry(spec, spec, "baseline", {**env, **parts})
+            entry = PolicyEntry(spec, spec, "baseline", {**env, **parts, "observation": "privileged"})
         else:
             source = _resolve_source(spec)
             own = {k: v for k, v in dict(source.env_config or {}).items() if k in SOURCE_ENV_KEYS}
@@ -191,6 +200,12 @@ def resolve_policies(specs: Sequence[str], scenarios: Sequence, env: Mapping[str
                 env_space, rig, env_cfg = suite_observation(scenarios, merged)
             except ValueError as e:
                 raise PolicyError(f"policy {spec!r}: the suite's env cannot be set up for it: {e}") from None
+            if env_cfg.observation != source.observation_mode:
+                raise PolicyError(
+                    f"policy {spec!r} was trained with observation={source.observation_mode!r}, the suite's env "
+                    f"observes {env_cfg.observation!r} (env.observation); a policy drives only from the observation "
+                    "mode it was trained with. Nothing was run."
+                )
             problems = observation_mismatch(source.obs_space, env_space, rig)
             if env_cfg.action_spec != source.action_spec:
                 problems.append(f"action bins: the policy has {source.action_spec}, the env {env_cfg.action_spec}")
@@ -445,8 +460,8 @@ def load_scenarios(suite: str, env: Mapping[str, Any]) -> tuple[list, str]:
 
 def run(cfg: EvaluateConfig) -> EvaluationResult:
     """Check everything, roll out every policy on every scenario, write the outputs."""
-    EnvConfig.from_dict(cfg.env)  # unknown keys are errors before anything loads
-    env = {"seed": cfg.seed, **cfg.env}
+    # checked again for a config built directly, not parsed: unknown keys are errors before anything loads
+    env = {"seed": cfg.seed, **overrides_dict(EnvConfig, cfg.env, "env.")}
     scenarios, suite_path = load_scenarios(cfg.suite, env)
     entries = resolve_policies(cfg.policies, scenarios, env)
     out = Path(cfg.out)

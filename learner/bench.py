@@ -88,12 +88,11 @@ def bench_learner_and_loop(cfg: LearnerBenchConfig) -> tuple[dict, dict]:
         {
             "run": "bench",
             "store": "/tmp/splatdrive-bench-store",
-            "out": "/tmp/splatdrive-bench-out",
+            "tracking": {"out": "/tmp/splatdrive-bench-out", "tensorboard": False},
             "suite": cfg.suite,
             "stage": "rl",
             "rollout": {"num_actors": 2, "envs_per_actor": cfg.envs_per_actor, "fragment_length": cfg.fragment_length},
             "ppo": {"epochs": cfg.epochs},
-            "tensorboard": False,
         },
     )
     tr = Trainer(tc)

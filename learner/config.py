@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from envs.config import EnvConfig
 from policy.network import PolicyConfig
-from sim.configs import field, from_dict
+from sim.configs import coerce_fields, field
 from store import check_name
 
 
@@ -53,6 +53,7 @@ class PPOConfig:
     epochs: int = field(4, help="passes over each batch")
     minibatches: int = field(4, help="minibatches per pass")
     lr: float = field(3e-4, help="Adam learning rate")
+    adam_eps: float = field(1e-5, help="Adam epsilon (CleanRL's 1e-5)")
     lr_final_fraction: float = field(0.3, help="linear decay of the learning rate to lr * this by the run's end")
     ent_coef: float = field(0.005, help="entropy bonus")
     vf_coef: float = field(0.5, help="value loss weight")
@@ -92,16 +93,78 @@ class EvalConfig:
 
 
 @dataclass(frozen=True)
+class PerceptionConfig:
+    """Stage perception (RAD's stage 1, ``learner.perception``): the camera encoder and BEV heads learn
+    to see the agents and the map from the images, labelled by the digital twin's ground truth."""
+
+    epochs: int = field(4, help="passes over the training frames")
+    batch_size: int = field(32, help="frames per minibatch")
+    lr: float = field(1e-3, help="Adam learning rate")
+    every: int = field(8, help="a training frame every N steps of each training clip's expert drive")
+    val_every: int = field(16, help="a metrics frame every N steps of each eval.suite clip")
+    jitter_m: float = field(1.0, help="frames from the expert's pose moved sideways by up to this (m)")
+    jitter_deg: float = field(10.0, help="... and turned by up to this (degrees)")
+    seed: int = field(0, help="seed of the frames' pose jitter (not the run's: seeds share one frame cache)")
+    cells: int = field(32, help="BEV grid side in cells (a multiple of 4)")
+    range_m: float = field(40.0, help="BEV grid side in metres")
+    behind_m: float = field(4.0, help="the grid starts this far behind the rear axle (m)")
+    velocity_weight: float = field(0.1, help="weight of the velocity L1 loss (m/s) beside the BCE losses")
+    cache_mb: float = field(512.0, help="size cap of each frame cache (train, val) in MB: fewer frames beyond it")
+    shard_frames: int = field(128, help="frames per cache shard (.npz, sha256-checked)")
+    freeze: bool = field(True, help="stages il and rl keep the image encoder that stage perception trained frozen")
+
+    def __post_init__(self):
+        for name in ("epochs", "batch_size", "every", "val_every", "cells", "shard_frames"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"perception.{name}: expected >= 1, got {getattr(self, name)}")
+        if self.cells % 4:
+            raise ValueError(f"perception.cells: expected a multiple of 4, got {self.cells}")
+        for name in ("lr", "range_m", "cache_mb"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"perception.{name}: expected > 0, got {getattr(self, name)}")
+        for name in ("jitter_m", "jitter_deg", "behind_m", "velocity_weight"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"perception.{name}: expected >= 0, got {getattr(self, name)}")
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """The checkpoint store: where checkpoints go, how often, how many stay. ``store=URI`` (and
+    ``--store URI``) is ``store.uri=URI``."""
+
+    __scalar_field__ = "uri"
+
+    uri: str = field("runs", help="checkpoint store: a path, file://..., or s3://bucket/prefix")
+    checkpoint_every: int = field(4, help="commit a checkpoint every N iterations (IL and RL)")
+    keep_last: int = field(3, help="checkpoints kept (plus the best by evaluation)")
+
+    def __post_init__(self):
+        if not self.uri:
+            raise ValueError("store.uri: expected a path, file://... or s3://bucket/prefix, got ''")
+        if self.checkpoint_every < 1 or self.keep_last < 1:
+            raise ValueError(
+                f"store: checkpoint_every >= 1 and keep_last >= 1 are required, got {self.checkpoint_every}, "
+                f"{self.keep_last}"
+            )
+
+
+@dataclass(frozen=True)
+class TrackingConfig:
+    """Where a run's logs go: ``<out>/<run>/`` (config.yaml, run.json, metrics.jsonl, TensorBoard)."""
+
+    out: str = field("runs", help="local folder for the run folders: logs, config.yaml, metrics, TensorBoard, reports")
+    tensorboard: bool = field(True, help="write TensorBoard event files in the run folder")
+    mlflow: bool = field(False, help="log to MLflow too (also on when MLFLOW_TRACKING_URI is set)")
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     run: str = field("", help="run name (default: a new timestamped name); rerunning a name resumes it")
-    store: str = field("runs", help="checkpoint store: a path, file://..., or s3://bucket/prefix")
     stage: str = field("il+rl", help="'il' (planning pre-training), 'rl' (PPO+IL from an IL checkpoint), 'il+rl'")
     init_from: str = field("", help="stage rl: IL checkpoint to start from (a run name in the store, or run@version)")
     suite: str = field("train", help="training scenarios: a built-in suite (train, val, test), a folder or a file")
     seed: int = field(0, help="seed of everything")
     iterations: int = field(16, help="RL iterations (rounds of rollout + update) of stage rl")
-    checkpoint_every: int = field(4, help="commit a checkpoint every N iterations")
-    keep_last: int = field(3, help="checkpoints kept (plus the best by evaluation)")
     num_learners: int = field(1, help="data-parallel learners (Ray actors all-reducing gradients when > 1)")
     gpus_per_learner: float = field(0.0, help="GPUs per learner (NCCL when > 0)")
     learner_resources: dict = field(
@@ -109,25 +172,23 @@ class TrainConfig:
     )
     ray_address: str = field("", help="Ray cluster to join ('' : RAY_ADDRESS or a local instance)")
     ray_num_cpus: int = field(0, help="CPUs of the local Ray instance (0: all)")
-    env: dict = field({}, help="environment overrides (envs.EnvConfig keys), e.g. env.cameras=false")
-    policy: dict = field({}, help="network overrides (policy.network.PolicyConfig keys)")
+    env: EnvConfig = field(EnvConfig(), help="the environment (envs.EnvConfig), e.g. env.cameras=false")
+    policy: PolicyConfig = field(PolicyConfig(), help="the network (policy.network.PolicyConfig)")
     rollout: RolloutConfig = field(RolloutConfig(), help="rollout actors")
     ppo: PPOConfig = field(PPOConfig(), help="PPO")
     il: ILConfig = field(ILConfig(), help="imitation")
     eval: EvalConfig = field(EvalConfig(), help="periodic evaluation")
-    tensorboard: bool = field(True, help="write TensorBoard event files in the run folder")
-    mlflow: bool = field(False, help="log to MLflow too (also on when MLFLOW_TRACKING_URI is set)")
-    out: str = field("runs", help="local folder for logs, TensorBoard and reports")
+    store: StoreConfig = field(StoreConfig(), help="the checkpoint store")
+    tracking: TrackingConfig = field(TrackingConfig(), help="logs, TensorBoard, MLflow")
 
     def __post_init__(self):
+        coerce_fields(self, "TrainConfig")  # sections given as mappings (TrainConfig(env={...})) become typed
         if self.stage not in ("il", "rl", "il+rl"):
             raise ValueError(f"stage must be 'il', 'rl' or 'il+rl', got {self.stage!r}")
-        if self.iterations < 0 or self.checkpoint_every < 1 or self.keep_last < 1:
-            raise ValueError("iterations >= 0, checkpoint_every >= 1 and keep_last >= 1 are required")
+        if self.iterations < 0:
+            raise ValueError(f"iterations: expected >= 0, got {self.iterations}")
         check_resources("learner_resources", self.learner_resources)
         if not 0 <= self.seed < 2**31:  # numpy's global seed takes [0, 2**32); actors add offsets to it
             raise ValueError(f"seed must be an int in [0, 2**31), got {self.seed}")
         if self.run:
             check_name("run", self.run)  # one path segment: out/<run> and the store's <run>/ stay inside
-        EnvConfig.from_dict(self.env)  # unknown keys are errors now, not an hour into the run
-        from_dict(PolicyConfig, self.policy)

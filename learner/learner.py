@@ -28,29 +28,34 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class LearnerSettings:
-    """What a learner needs from the training config (plain data: it travels to Ray actors)."""
+    """What a learner needs from the training config (plain data: it travels to Ray actors).
 
-    lr: float = 3e-4
-    lr_final_fraction: float = 0.1  # linear decay to lr * this over total_updates
-    total_updates: int = 1000  # optimizer-step horizon of the LR schedule
-    adam_eps: float = 1e-5
-    gamma: float = 0.9
-    lam: float = 0.95
-    clip_lateral: float = 0.1
-    clip_longitudinal: float = 0.2
-    value_clip: float | None = None
-    ent_coef: float = 0.01
-    vf_coef: float = 0.5
-    max_grad_norm: float = 0.5
-    epochs: int = 4
-    minibatches: int = 4
-    aux_weights: tuple[float, ...] = (0.0, 0.0, 0.0, 0.0, 0.0)  # learner.losses.AUX_NAMES order
-    il_batch_size: int = 128
-    il_focal_gamma: float = 0.0
-    il_weight: float = 0.0  # > 0: add il_weight * IL loss to every PPO minibatch (the weighted-sum mode)
-    max_consecutive_skips: int = 20  # non-finite losses in a row before the learner gives up
-    seed: int = 0
-    device: str = "cpu"
+    No defaults here: ``learner.train.learner_settings`` builds it from ``TrainConfig`` (``ppo``, ``il``,
+    ``seed``), the one place the PPO and IL settings have theirs, plus the stage's learning rate and
+    schedule length.
+    """
+
+    lr: float
+    lr_final_fraction: float  # linear decay to lr * this over total_updates
+    total_updates: int  # optimizer-step horizon of the LR schedule
+    adam_eps: float
+    gamma: float
+    lam: float
+    clip_lateral: float
+    clip_longitudinal: float
+    value_clip: float | None
+    ent_coef: float
+    vf_coef: float
+    max_grad_norm: float
+    epochs: int
+    minibatches: int
+    aux_weights: tuple[float, ...]  # learner.losses.AUX_NAMES order
+    il_batch_size: int
+    il_focal_gamma: float
+    il_weight: float  # > 0: add il_weight * IL loss to every PPO minibatch (the weighted-sum mode)
+    max_consecutive_skips: int  # non-finite losses in a row before the learner gives up
+    seed: int
+    device: str
 
 
 class NonFiniteLoss(RuntimeError):

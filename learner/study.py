@@ -40,9 +40,9 @@ from evaluation.evaluate import EvaluateConfig
 from evaluation.evaluate import run as run_evaluation
 from evaluation.metrics import clip_values, rad_metrics
 from evaluation.stats import mcnemar, paired_difference, seed_interval
-from learner.config import EvalConfig, ILConfig, RolloutConfig, TrainConfig
+from learner.config import EvalConfig, ILConfig, RolloutConfig, StoreConfig, TrainConfig
 from learner.train import il_snapshot_name, train
-from sim.configs import field, parse_cli, to_dict
+from sim.configs import field, non_defaults, parse_cli, to_dict
 
 log = logging.getLogger("learner.study")
 
@@ -61,7 +61,7 @@ PAIRED = (("collision", "CR"), ("RC", "RC"), ("DS", "driving score"))
 # seed, after 60 IL iterations; evaluation on val every 50 RL iterations gives the learning curve.
 STUDY_TRAIN = TrainConfig(
     iterations=400,
-    checkpoint_every=50,
+    store=StoreConfig(checkpoint_every=50),
     rollout=RolloutConfig(num_actors=2, envs_per_actor=4, fragment_length=32),
     il=ILConfig(pretrain_iterations=60),
     eval=EvalConfig(suite="val", every=50),
@@ -89,12 +89,13 @@ class StudyConfig:
 
 def seed_run(cfg: StudyConfig, seed: int) -> TrainConfig:
     """The training config of one seed."""
-    return dataclasses.replace(cfg.train, run=f"{cfg.name}-s{seed}", seed=seed, out=str(Path(cfg.out) / "runs"))
+    tracking = dataclasses.replace(cfg.train.tracking, out=str(Path(cfg.out) / "runs"))
+    return dataclasses.replace(cfg.train, run=f"{cfg.name}-s{seed}", seed=seed, tracking=tracking)
 
 
 def policy_specs(tcfg: TrainConfig) -> dict[str, str]:
     """Store URIs of a seed's two final policies, by stage."""
-    store = tcfg.store.rstrip("/")
+    store = tcfg.store.uri.rstrip("/")
     return {"il": f"{store}/{il_snapshot_name(tcfg.run)}@latest", "rl+il": f"{store}/{tcfg.run}@latest"}
 
 
@@ -130,7 +131,7 @@ def evaluate_seed(cfg: StudyConfig, tcfg: TrainConfig, seed: int) -> dict:
         compare=tuple(specs[s] for s in STAGES),
         suite=cfg.eval_suite,
         out=str(out),
-        env=dict(tcfg.env),
+        env=non_defaults(tcfg.env),  # the training's own env settings, over the evaluation's defaults
         seed=seed,
         num_actors=cfg.eval_num_actors,
         num_envs=cfg.eval_num_envs,

@@ -43,7 +43,7 @@ from rollout.cluster import actor_render_report, connect
 from rollout.fragment import stack_time
 from rollout.group import ActorResources, RolloutGroup
 from rollout.worker import WorkerSpec, build_env, build_policy, to_torch
-from sim.configs import parse_cli, to_dict
+from sim.configs import ConfigError, from_dict, parse_cli, to_dict
 from sim.rendering import backend_report
 from store import AsyncCommitter, CheckpointStore, RetryPolicy, RunLocked, parse_ref
 
@@ -67,16 +67,31 @@ def il_snapshot_name(run: str) -> str:
     return f"{run}-il"
 
 
+def config_changes(before: dict, after: dict, prefix: str = "") -> list[str]:
+    """``key: old -> new`` for every dotted key whose value differs between two ``to_dict`` trees."""
+    out = []
+    for k in sorted(set(before) | set(after)):
+        a, b = before.get(k), after.get(k)
+        if isinstance(a, dict) and isinstance(b, dict) and a and b:
+            out += config_changes(a, b, f"{prefix}{k}.")
+        elif a != b:
+            out.append(f"{prefix}{k}: {a!r} -> {b!r}")
+    return out
+
+
 def default_run_name() -> str:
     return time.strftime("run-%Y%m%d-%H%M%S")
 
 
 def learner_settings(cfg: TrainConfig, total_updates: int, lr: float) -> LearnerSettings:
+    """The learner's settings for a stage (learning rate ``lr``, schedule over ``total_updates``
+    optimizer steps): the one place LearnerSettings is built, from ``cfg.ppo`` and ``cfg.il``."""
     p, il = cfg.ppo, cfg.il
     return LearnerSettings(
         lr=lr,
         lr_final_fraction=p.lr_final_fraction,
         total_updates=max(1, total_updates),
+        adam_eps=p.adam_eps,
         gamma=p.gamma,
         lam=p.lam,
         clip_lateral=p.clip_lateral,
@@ -103,7 +118,7 @@ class Trainer:
     def __init__(self, cfg: TrainConfig):
         self.cfg = cfg
         self.name = cfg.run or default_run_name()
-        self.folder = Path(cfg.out) / self.name
+        self.folder = Path(cfg.tracking.out) / self.name
         self.config_dict = to_dict(dataclasses.replace(cfg, run=self.name))
         self.group: RolloutGroup | None = None
         self.learners: LearnerGroup | None = None
@@ -117,7 +132,7 @@ class Trainer:
 
     # -- set-up ------------------------------------------------------------------------------------
     def open_store(self):
-        self.store = CheckpointStore(self.cfg.store)
+        self.store = CheckpointStore(self.cfg.store.uri)
         self.rs = self.store.run(self.name)
         owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.lease = self.rs.acquire(owner)  # RunLocked if another driver writes this run
@@ -138,16 +153,15 @@ class Trainer:
     def _on_commit(self, version: int, meta: dict) -> None:
         log.info("checkpoint %d committed to %s", version, self.rs.uri)
         try:
-            self.rs.retain(self.cfg.keep_last, keep_best=1, metric="val/CR", mode="min")
+            self.rs.retain(self.cfg.store.keep_last, keep_best=1, metric="val/CR", mode="min")
         except Exception as e:  # retention is housekeeping: never fatal
             log.warning("retention failed: %s", e)
 
     def worker_spec(self, num_envs: int) -> WorkerSpec:
-        env = {"render_backend": "auto", **self.cfg.env}
         return WorkerSpec(
             scenarios=(self.cfg.suite,),
-            env_config=env,
-            policy_config=dict(self.cfg.policy),
+            env_config=to_dict(self.cfg.env),
+            policy_config=to_dict(self.cfg.policy),
             num_envs=num_envs,
             seed=self.cfg.seed,
             threads=self.cfg.rollout.threads_per_actor,
@@ -172,7 +186,7 @@ class Trainer:
             rig = (env.rig.name, env.rig.width, env.rig.height)
             env.close()
         self.obs_space, self.action_spec, self.rig = obs_space, action_spec, rig
-        policy_config = dict(cfg.policy)
+        policy_config = to_dict(cfg.policy)
 
         def make_policy():
             return build_policy(obs_space, action_spec, policy_config)
@@ -193,8 +207,8 @@ class Trainer:
         """Write what runs where into the run's provenance (run.json, TensorBoard text): the render
         backend each rendering process actually uses (the rollout actors; the driver, which renders the
         demonstrations and evaluations) and where the learners run and how they rendezvoused."""
-        requested = str({"render_backend": "auto", **self.cfg.env}["render_backend"])
-        render: dict = dict(requested=requested, cameras=bool(self.cfg.env.get("cameras", True)))
+        requested = self.cfg.env.render_backend
+        render: dict = dict(requested=requested, cameras=self.cfg.env.cameras)
         if render["cameras"]:
             render["driver"] = backend_report(requested)
             if self.group is not None and self.group.local is not None:
@@ -259,7 +273,8 @@ class Trainer:
         cfg = self.cfg
         latest = self.rs.load_latest()
         if latest is not None:
-            lstate, state, rng, _ = ckpt_io.decode(latest.files)
+            lstate, state, rng, saved = ckpt_io.decode(latest.files)
+            self._compare_config(saved, latest.version)
             self.learners.call("load_state", lstate)
             self._set_stage_settings(state)
             ckpt_io.restore_rng(rng)
@@ -281,6 +296,26 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         self._set_stage_settings(state)
         return state
+
+    def _compare_config(self, saved: dict, version: int) -> None:
+        """The checkpoint's config.json read back into the tree, against this command's: the changes are
+        named (more iterations, another learning rate: fine); another network is refused, since the
+        checkpoint's weights are that network's."""
+        try:
+            before = to_dict(from_dict(TrainConfig, saved))
+        except ConfigError as e:  # written by an older layout of the config: nothing to compare it with
+            log.warning("checkpoint %d: config.json is not this code's TrainConfig (%s); not compared", version, e)
+            return
+        changes = config_changes(before, self.config_dict)
+        network = [c for c in changes if c.startswith("policy.")]
+        if network:
+            raise ConfigError(
+                f"run {self.name!r}: checkpoint {version} holds the weights of another network ("
+                + "; ".join(network)
+                + "); resume it with its own policy settings, or start a new --run"
+            )
+        if changes:
+            self.tracker.progress(f"resuming with changed settings: {'; '.join(changes)}")
 
     def _init_weights(self) -> dict:
         """Stage rl starts from an IL checkpoint: ``init_from`` = run or run@version in this store."""
@@ -309,7 +344,7 @@ class Trainer:
     # -- demonstrations and evaluation -------------------------------------------------------------
     def demos(self) -> dict[str, torch.Tensor]:
         t0 = time.perf_counter()
-        d = expert_demonstrations(self.cfg.suite, {"render_backend": "auto", **self.cfg.env})
+        d = expert_demonstrations(self.cfg.suite, to_dict(self.cfg.env))
         self.tracker.progress(
             f"demonstrations: {len(d['labels']):,} expert frames from {d['num_scenarios']} scenarios "
             f"({time.perf_counter() - t0:.1f} s)"
@@ -330,8 +365,7 @@ class Trainer:
             return policy.act(to_torch(obs), deterministic=True).action.numpy()
 
         t0 = time.perf_counter()
-        env = {"render_backend": "auto", **self.cfg.env}
-        records = evaluate(act, [self.cfg.eval.suite], env, self.cfg.eval.num_envs)
+        records = evaluate(act, [self.cfg.eval.suite], to_dict(self.cfg.env), self.cfg.eval.num_envs)
         m = rad_metrics(records)
         m["seconds"] = time.perf_counter() - t0
         row = dict(label=label, stage=state.stage, iteration=state.iteration, env_steps=state.env_steps, **m)
@@ -366,7 +400,7 @@ class Trainer:
                     f"IL {state.il_iteration}/{n_it} | loss {m.get('losses/il_loss', float('nan')):.3f} | "
                     f"acc lat {m.get('il/accuracy_lat', 0):.2f} long {m.get('il/accuracy_long', 0):.2f}"
                 )
-            if state.il_iteration % cfg.checkpoint_every == 0 and state.il_iteration < n_it:
+            if state.il_iteration % cfg.store.checkpoint_every == 0 and state.il_iteration < n_it:
                 self.checkpoint(state, "periodic")
         state.il_eval = self.evaluate(state, "il")
         state.stage = "rl" if cfg.stage == "il+rl" else "done"
@@ -435,7 +469,7 @@ class Trainer:
             )
             if cfg.eval.every and state.iteration % cfg.eval.every == 0 and state.iteration < cfg.iterations:
                 self.evaluate(state, f"rl@{state.iteration}")
-            if state.iteration % cfg.checkpoint_every == 0 and state.iteration < cfg.iterations:
+            if state.iteration % cfg.store.checkpoint_every == 0 and state.iteration < cfg.iterations:
                 self.checkpoint(state, "periodic")
         self.evaluate(state, "rl+il")
         state.stage = "done"
@@ -485,7 +519,8 @@ class Trainer:
         cfg = self.cfg
         self.open_store()
         try:
-            self.tracker = Tracker(self.folder, self.config_dict, cfg.seed, cfg.tensorboard, cfg.mlflow)
+            t = cfg.tracking
+            self.tracker = Tracker(self.folder, self.config_dict, cfg.seed, t.tensorboard, t.mlflow)
             self.tracker.progress(f"run {self.name}: logs in {self.folder}, checkpoints in {self.rs.uri}")
             self.build()
             self.record_provenance()
@@ -533,7 +568,7 @@ class Trainer:
             f"checkpoints: {self.rs.uri}"
         )
         if state.il_eval and self.cfg.stage == "il+rl":
-            store = self.cfg.store.rstrip("/")
+            store = self.cfg.store.uri.rstrip("/")
             self.tracker.progress(
                 f"compare IL and RL+IL: python -m scenarios.evaluate --compare {store}/{il_snapshot_name(self.name)} "
                 f"{store}/{self.name} --suite {self.cfg.eval.suite} --out {self.folder / 'compare'}"
@@ -573,13 +608,20 @@ def main(argv=None) -> int:
         argv,
         "python -m learner.train",
         __doc__.split("\n\n")[0],
-        flags=[("--run", "run", "run name (rerun to resume)"), ("--store", "store", "checkpoint store URI")],
+        flags=[
+            ("--run", "run", "run name (rerun to resume)"),
+            ("--store", "store", "checkpoint store URI (store.uri)"),
+            ("--out", "tracking.out", "local folder for the run folders (tracking.out)"),
+        ],
     )
     try:
         train(cfg)
     except RunLocked as e:
         print(f"learner.train: {e}", file=sys.stderr)
         return 3
+    except ConfigError as e:  # a resume that asks for another network than the checkpoint's
+        print(f"learner.train: {e}", file=sys.stderr)
+        return 2
     except NonFiniteLoss as e:
         print(f"learner.train: {e}", file=sys.stderr)
         return 4

@@ -185,10 +185,10 @@ EOF
 # -- 6. a short training run on the GPU ------------------------------------------------------------------------
 step scenarios 180 "$PYV" -m scenarios.generate --suite gpu-check --count 2 --seed 0 --out "$WORK/suite" -q
 step training 300 "$PYV" -m learner.train --run gpu-check --store "$WORK/store" \
-  "out=$WORK/runs" "suite=$WORK/suite" "eval.suite=$WORK/suite" "env.render_backend=$GPU_CHECK_BACKEND" \
+  "tracking.out=$WORK/runs" "suite=$WORK/suite" "eval.suite=$WORK/suite" "env.render_backend=$GPU_CHECK_BACKEND" \
   rollout.num_actors=1 rollout.envs_per_actor=4 "rollout.gpus_per_actor=$GPU_CHECK_GPUS_PER_ACTOR" \
-  "gpus_per_learner=$GPU_CHECK_GPUS_PER_LEARNER" il.pretrain_iterations=4 iterations=4 checkpoint_every=2 \
-  eval.every=0 eval.num_envs=2 tensorboard=true
+  "gpus_per_learner=$GPU_CHECK_GPUS_PER_LEARNER" il.pretrain_iterations=4 iterations=4 store.checkpoint_every=2 \
+  eval.every=0 eval.num_envs=2 tracking.tensorboard=true
 
 # -- the JSON ----------------------------------------------------------------------------------------------------
 export GPU_CHECK_SECONDS=$(($(date +%s) - T0)) GPU_CHECK_RESULT="$RESULT"

@@ -2,22 +2,37 @@
 
 Every command (``python -m learner.train``, ``scenarios.generate``, ``sim.render``...) takes
 ``--config FILE`` and ``key=value`` overrides (nested keys with dots: ``ppo.clip_lateral=0.1``).
-Unknown keys are errors that list the valid ones; values are converted to the field's type; the
-field's ``help`` metadata is the CLI help. The resolved config is plain data (``to_dict``), saved
-with every run and checkpoint.
+One loader (``from_dict``) reads them all into one tree of frozen dataclasses:
+
+- values are converted to the field's declared type (``"3"`` to 3 for an int, ``[32, 16]`` to a tuple)
+  or refused with a message that names the key and says what was expected;
+- an unknown key is an error that suggests the nearest valid one (``did you mean env.cameras?``) and
+  lists the valid keys of its section;
+- a nested dataclass is a section (``env.cameras=false``); a section may name the field that a plain
+  value fills (``__scalar_field__ = "uri"``: ``store=s3://b/p`` is ``store.uri=s3://b/p``);
+- ``field(..., overrides=SomeConfig)`` declares a dict of *overrides* of another config: only the keys
+  given are kept (so that defaults are not forced over settings from elsewhere, such as a trained
+  policy's own env settings), each checked and converted as that config's field;
+- the field's ``help`` is the CLI help: ``describe`` lists every key, section fields included.
+
+The resolved config is plain data (``to_dict``), saved with every run and checkpoint, and
+``from_dict(cls, to_dict(cfg)) == cfg``.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
+import numbers
 import sys
 import types
 import typing
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 
@@ -25,17 +40,42 @@ class ConfigError(ValueError):
     """A config key or value that cannot be used; the message names the key."""
 
 
-def field(default: Any = dataclasses.MISSING, help: str = "", **kw) -> Any:
-    """A dataclass field with CLI help. Mutable defaults (dict, list) are copied per instance."""
+def field(default: Any = dataclasses.MISSING, help: str = "", overrides: type | None = None, **kw) -> Any:
+    """A dataclass field with CLI help. Mutable defaults (dict, list) are copied per instance.
+
+    overrides: a config dataclass; the field (a dict) then holds overrides of that config's fields: keys
+    are checked against it, values converted to its field types, and only the keys given are kept.
+    """
+    metadata: dict[str, Any] = {"help": help}
+    if overrides is not None:
+        metadata["overrides"] = overrides
     if isinstance(default, dict | list):
-        return dataclasses.field(default_factory=lambda d=default: type(d)(d), metadata={"help": help}, **kw)
+        copy: Any = type(default)
+        return dataclasses.field(default_factory=lambda: copy(default), metadata=metadata, **kw)
     if dataclasses.is_dataclass(default) and not isinstance(default, type):
-        return dataclasses.field(default_factory=lambda d=default: d, metadata={"help": help}, **kw)
-    return dataclasses.field(default=default, metadata={"help": help}, **kw)
+        return dataclasses.field(default_factory=lambda: default, metadata=metadata, **kw)
+    return dataclasses.field(default=default, metadata=metadata, **kw)
 
 
 def _hints(cls) -> dict[str, Any]:
     return typing.get_type_hints(cls)
+
+
+def _is_section(tp: Any) -> bool:
+    return dataclasses.is_dataclass(tp) and isinstance(tp, type)
+
+
+def scalar_field(cls) -> str | None:
+    """The field of section ``cls`` that a plain (non-mapping) value fills, if it declares one."""
+    name = getattr(cls, "__scalar_field__", None)
+    return name if isinstance(name, str) else None
+
+
+def type_name(tp: Any) -> str:
+    """``int``, ``str | None``, ``tuple[int, int] | None``: a type as a user reads it."""
+    if isinstance(tp, type) and not typing.get_args(tp):
+        return tp.__name__
+    return str(tp).replace("typing.", "").replace("NoneType", "None")
 
 
 def _convert(value: Any, tp: Any, key: str) -> Any:
@@ -55,51 +95,59 @@ def _convert(value: Any, tp: Any, key: str) -> Any:
                 return _convert(value, a, key)
             except ConfigError as e:
                 errors.append(str(e))
-        raise ConfigError(f"{key}: {value!r} does not fit {tp}")
-    if dataclasses.is_dataclass(tp):
+        if len(errors) == 1 and type(None) in args:  # Optional[X]: X's own message says more
+            raise ConfigError(f"{errors[0]} (or None)")
+        raise ConfigError(f"{key}: expected {type_name(tp)}, got {value!r}")
+    if _is_section(tp):
         if isinstance(value, tp):
             return value
-        if not isinstance(value, dict):
+        if not isinstance(value, Mapping) and scalar_field(tp):
+            value = {scalar_field(tp): value}
+        if not isinstance(value, Mapping):
             raise ConfigError(f"{key}: expected a mapping for {tp.__name__}, got {value!r}")
-        return from_dict(tp, value, prefix=key + ".")
+        return from_dict(tp, dict(value), prefix=key + ".")
     if origin is typing.Literal:
         if value not in args:
             raise ConfigError(f"{key}: expected one of {list(args)}, got {value!r}")
         return value
     if tp is bool:
-        if isinstance(value, bool):
-            return value
+        if isinstance(value, bool | np.bool_):
+            return bool(value)
         if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on"):
             return True
         if isinstance(value, str) and value.lower() in ("0", "false", "no", "off"):
             return False
-        if isinstance(value, int) and value in (0, 1):
+        if isinstance(value, numbers.Integral) and value in (0, 1):
             return bool(value)
         raise ConfigError(f"{key}: expected true/false, got {value!r}")
     if tp is int:
-        if isinstance(value, bool):
+        if isinstance(value, bool | np.bool_):
             raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        if isinstance(value, numbers.Integral):
+            return int(value)  # exact, however large
         try:
             f = float(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise ConfigError(f"{key}: expected an integer, got {value!r}") from None
         if not f.is_integer():
             raise ConfigError(f"{key}: expected an integer, got {value!r}")
         return int(f)
     if tp is float:
-        if isinstance(value, bool):
+        if isinstance(value, bool | np.bool_):
             raise ConfigError(f"{key}: expected a number, got {value!r}")
         try:
             f = float(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise ConfigError(f"{key}: expected a number, got {value!r}") from None
         if f != f or f in (float("inf"), float("-inf")):
             raise ConfigError(f"{key}: expected a finite number, got {value!r}")
         return f
-    if tp is str:
-        if not isinstance(value, str | int | float) or isinstance(value, bool):
+    if tp is str:  # (a number typed on the command line stays text: see parse_override)
+        if isinstance(value, Path):
+            return str(value)
+        if not isinstance(value, str):
             raise ConfigError(f"{key}: expected a string, got {value!r}")
-        return str(value)
+        return value
     if origin in (tuple, list, Sequence) or tp in (tuple, list):
         if isinstance(value, str):
             value = [v for v in value.split(",") if v != ""] if value else []
@@ -113,35 +161,88 @@ def _convert(value: Any, tp: Any, key: str) -> Any:
         out = [_convert(v, inner, f"{key}[{i}]") for i, v in enumerate(value)]
         return tuple(out) if origin is tuple or tp is tuple else out
     if origin is dict or tp is dict:
-        if not isinstance(value, dict):
+        if not isinstance(value, Mapping):
             raise ConfigError(f"{key}: expected a mapping, got {value!r}")
         return dict(value)
     if isinstance(tp, type) and isinstance(value, tp):
         return value
-    raise ConfigError(f"{key}: cannot convert {value!r} to {tp}")
+    raise ConfigError(f"{key}: cannot convert {value!r} to {type_name(tp)}")
 
 
-def from_dict(cls, data: dict, prefix: str = ""):
-    """Build dataclass ``cls`` from a nested mapping; unknown keys are errors."""
-    if not isinstance(data, dict):
+def _check_keys(cls, data: Mapping, prefix: str) -> None:
+    """Unknown keys are errors: each named, with the nearest valid key when there is one."""
+    names = sorted(f.name for f in dataclasses.fields(cls) if f.init)
+    unknown = sorted(set(data) - set(names), key=str)  # (YAML keys may be ints)
+    if not unknown:
+        return
+    parts = []
+    for k in unknown:
+        close = difflib.get_close_matches(str(k), names, n=1)
+        parts.append(f"unknown config key {prefix}{k}" + (f" (did you mean {prefix}{close[0]}?)" if close else ""))
+    raise ConfigError(f"{'; '.join(parts)}; valid keys here: {', '.join(names)}")
+
+
+def from_dict(cls, data: Mapping, prefix: str = ""):
+    """Build dataclass ``cls`` from a nested mapping: the one loader of every config.
+
+    Unknown keys are errors (with a suggestion); values are converted to the field types; sections
+    (nested dataclasses) are built the same way, a plain value filling their ``__scalar_field__``;
+    ``overrides`` fields are checked against their config. ``prefix`` is the dotted path of ``cls``
+    in the tree, for the messages.
+    """
+    if isinstance(data, cls):
+        return data
+    if not isinstance(data, Mapping):
         raise ConfigError(f"{prefix.rstrip('.') or 'config'}: expected a mapping, got {type(data).__name__}")
+    _check_keys(cls, data, prefix)
     hints = _hints(cls)
-    names = {f.name for f in dataclasses.fields(cls) if f.init}
-    unknown = sorted(set(data) - names, key=str)  # (YAML keys may be ints)
-    if unknown:
-        raise ConfigError(f"unknown config key {prefix}{unknown[0]}; valid keys here: {', '.join(sorted(names))}")
-    kwargs = {k: _convert(v, hints[k], prefix + k) for k, v in data.items()}
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for k, v in data.items():
+        target = fields[k].metadata.get("overrides")
+        if target is not None:
+            kwargs[k] = overrides_dict(target, v, prefix + k + ".")
+        else:
+            kwargs[k] = _convert(v, hints[k], prefix + k)
     try:
         return cls(**kwargs)
     except (TypeError, ValueError) as e:
-        raise ConfigError(f"{prefix.rstrip('.') or cls.__name__}: {e}") from None
+        where = prefix.rstrip(".") or cls.__name__
+        msg = str(e)
+        raise ConfigError(msg if msg.startswith(where) else f"{where}: {msg}") from None
+
+
+def overrides_dict(cls, data: Any, prefix: str = "") -> dict:
+    """Overrides of config ``cls``: the keys of ``data``, each converted to its field's type, checked
+    together on ``cls``'s defaults (unknown keys and bad values are errors). Returns only the keys given."""
+    if data is None:
+        return {}
+    if dataclasses.is_dataclass(data) and not isinstance(data, type):
+        data = to_dict(data)
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{prefix.rstrip('.') or 'config'}: expected a mapping of {cls.__name__} keys, got {data!r}")
+    _check_keys(cls, data, prefix)
+    hints = _hints(cls)
+    out = {k: _convert(v, hints[k], prefix + k) for k, v in data.items()}
+    from_dict(cls, out, prefix)  # together, as the config checks them (ranges, cross-field rules)
+    return out
+
+
+def coerce_fields(obj, name: str | None = None) -> None:
+    """In a dataclass's ``__post_init__``: every field converted to its declared type (numpy scalars
+    made plain, lists made tuples) or a ConfigError naming ``<name>.<field>``, so that a config built
+    directly, not by ``from_dict``, is held to the same types."""
+    name = name or type(obj).__name__
+    hints = _hints(type(obj))
+    for f in dataclasses.fields(obj):
+        object.__setattr__(obj, f.name, _convert(getattr(obj, f.name), hints[f.name], f"{name}.{f.name}"))
 
 
 def to_dict(cfg) -> dict:
     """Plain nested dict (tuples as lists) of a config: what is saved and printed."""
 
     def plain(v):
-        if dataclasses.is_dataclass(v):
+        if dataclasses.is_dataclass(v) and not isinstance(v, type):
             return {f.name: plain(getattr(v, f.name)) for f in dataclasses.fields(v)}
         if isinstance(v, tuple | list):
             return [plain(x) for x in v]
@@ -152,6 +253,17 @@ def to_dict(cfg) -> dict:
         return v
 
     return plain(cfg)
+
+
+def non_defaults(cfg) -> dict:
+    """The fields of config ``cfg`` that differ from its class's defaults, as plain data (``to_dict``):
+    the overrides that rebuild it, e.g. a training env's settings handed to an evaluation as overrides."""
+    out = {}
+    for f in dataclasses.fields(cfg):
+        value, default = getattr(cfg, f.name), _default(f)
+        if default is dataclasses.MISSING or value != default:
+            out[f.name] = to_dict(value) if dataclasses.is_dataclass(value) else to_dict({"v": value})["v"]
+    return out
 
 
 def set_path(data: dict, dotted: str, value: Any) -> None:
@@ -172,22 +284,72 @@ def merge(base: dict, over: dict) -> dict:
     return out
 
 
-def parse_overrides(items: Sequence[str]) -> dict:
-    """``["a.b=1", "c=x"]`` -> nested dict of YAML-parsed values."""
+def expand_shorthand(cls, data: Any) -> Any:
+    """``data`` with a plain value given for a section that declares a ``__scalar_field__`` turned into
+    ``{field: value}``, at every depth: what lets ``--store URI`` and ``store.keep_last=5`` (or a YAML
+    file's ``store: {keep_last: 5}``) merge instead of one replacing the other."""
+    if not isinstance(data, dict) or not _is_section(cls):
+        return data
+    hints = _hints(cls)
+    out = dict(data)
+    for k, v in data.items():
+        tp = hints.get(k) if isinstance(k, str) else None
+        if tp is None or not _is_section(tp):
+            continue
+        if not isinstance(v, dict) and not isinstance(v, tp) and scalar_field(tp):
+            out[k] = {scalar_field(tp): v}
+        else:
+            out[k] = expand_shorthand(tp, v)
+    return out
+
+
+def _yaml_value(text: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+    except RecursionError:
+        raise ConfigError(f"{text[:60]!r}...: value nested too deeply") from None
+
+
+def _is_text(tp: Any) -> bool:
+    """A str field, or an Optional one."""
+    return tp is str or (typing.get_origin(tp) in (typing.Union, types.UnionType) and str in typing.get_args(tp))
+
+
+def _typed_value(cls, key: str, text: str) -> Any:
+    """A value typed on the command line: YAML (``false``, ``[32, 16]``, ``1e-4``), except that a number
+    or true/false given for a text field stays the text as typed (``run=0042``, ``env.rig=5``)."""
+    parsed = _yaml_value(text) if text != "" else ""
+    if cls is not None and isinstance(parsed, bool | int | float) and _is_text(_field_type(cls, key)):
+        return text
+    return parsed
+
+
+def parse_override(item: str, cls=None) -> dict:
+    """``"a.b=1"`` -> ``{"a": {"b": 1}}``, the value parsed as YAML (``false``, ``[32, 16]``, ``1e-4``);
+    with ``cls``, a number given for a text field stays text."""
+    if "=" not in item:
+        raise ConfigError(f"override {item!r} is not key=value")
+    k, v = item.split("=", 1)
+    if not k:
+        raise ConfigError(f"override {item!r} has an empty key")
+    try:
+        parsed = _typed_value(cls, k.strip(), v)
+    except ConfigError:
+        raise ConfigError(f"override {item[:60]!r}...: value nested too deeply") from None
+    out: dict = {}
+    set_path(out, k.strip(), parsed)
+    return out
+
+
+def parse_overrides(items: Sequence[str], cls=None) -> dict:
+    """``["a.b=1", "c=x"]`` -> nested dict of YAML-parsed values, later items over earlier ones
+    (with ``cls``, section shorthands are expanded first: ``store=URI store.keep_last=5`` keeps both)."""
     out: dict = {}
     for item in items:
-        if "=" not in item:
-            raise ConfigError(f"override {item!r} is not key=value")
-        k, v = item.split("=", 1)
-        if not k:
-            raise ConfigError(f"override {item!r} has an empty key")
-        try:
-            parsed = yaml.safe_load(v) if v != "" else ""
-        except yaml.YAMLError:
-            parsed = v
-        except RecursionError:
-            raise ConfigError(f"override {item[:60]!r}...: value nested too deeply") from None
-        set_path(out, k.strip(), parsed)
+        one = parse_override(item, cls)
+        out = merge(out, expand_shorthand(cls, one) if cls is not None else one)
     return out
 
 
@@ -208,23 +370,38 @@ def load_yaml(path: str | Path) -> dict:
     return data
 
 
-def describe(cls, prefix: str = "") -> list[str]:
-    """Help lines ``key (type, default): help`` for every field, nested sections included."""
+def _default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return dataclasses.MISSING
+
+
+def describe(cls, prefix: str = "", defaults: Any = None) -> list[str]:
+    """Help lines ``key (type, default): help`` for every field, sections and overrides included.
+
+    defaults: an instance of ``cls`` whose values are shown as the defaults (a section's default may
+    differ from its class's own, as ``EnvConfig(rig="front3")`` in a benchmark).
+    """
     lines = []
     hints = _hints(cls)
     for f in dataclasses.fields(cls):
         tp = hints[f.name]
-        if dataclasses.is_dataclass(tp):
-            lines += describe(tp, prefix + f.name + ".")
+        default = getattr(defaults, f.name) if defaults is not None else _default(f)
+        helptext = f.metadata.get("help", "")
+        target = f.metadata.get("overrides")
+        if _is_section(tp):
+            short = f" ({f.name}=VALUE sets {f.name}.{scalar_field(tp)})" if scalar_field(tp) else ""
+            lines.append(f"  {prefix}{f.name}.*: {helptext}{short}")
+            lines += describe(tp, prefix + f.name + ".", default if isinstance(default, tp) else None)
             continue
-        if f.default is not dataclasses.MISSING:
-            default = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            default = f.default_factory()
-        else:
-            default = "required"
-        t = getattr(tp, "__name__", str(tp)).replace("typing.", "")
-        lines.append(f"  {prefix}{f.name} ({t}, default {default!r}): {f.metadata.get('help', '')}")
+        if target is not None:
+            lines.append(f"  {prefix}{f.name}.*: {helptext} (overrides: only the keys given are set)")
+            lines += [line.replace(", default ", ", if unset ", 1) for line in describe(target, prefix + f.name + ".")]
+            continue
+        shown = "required" if default is dataclasses.MISSING else repr(default)
+        lines.append(f"  {prefix}{f.name} ({type_name(tp)}, default {shown}): {helptext}")
     return lines
 
 
@@ -242,28 +419,49 @@ def build_parser(cls, prog: str, description: str) -> argparse.ArgumentParser:
 
 def resolve(cls, config_file: str | None, overrides: Sequence[str], extra: dict | None = None):
     """Defaults <- YAML file <- ``extra`` (from dedicated flags) <- key=value overrides."""
-    data = load_yaml(config_file) if config_file else {}
+    data = expand_shorthand(cls, load_yaml(config_file) if config_file else {})
     if extra:
-        data = merge(data, extra)
-    data = merge(data, parse_overrides(overrides))
+        data = merge(data, expand_shorthand(cls, extra))
+    data = merge(data, parse_overrides(overrides, cls))
     return from_dict(cls, data)
+
+
+def _field_type(cls, dotted: str) -> Any:
+    """The declared type of dotted key ``dotted`` in config ``cls`` (None if there is no such key); a
+    section with a ``__scalar_field__`` answers for that field, an ``overrides`` dict for its config's."""
+    tp: Any = cls
+    for k in dotted.split("."):
+        if not _is_section(tp):
+            return None
+        f = next((f for f in dataclasses.fields(tp) if f.name == k), None)
+        if f is None:
+            return None
+        tp = f.metadata.get("overrides") or _hints(tp)[k]
+    scalar = scalar_field(tp) if _is_section(tp) else None
+    return _hints(tp)[scalar] if scalar else tp
 
 
 def parse_cli(cls, argv: Sequence[str] | None, prog: str, description: str, flags=None):
     """Parse ``[--config FILE] [flags] key=value...`` into a ``cls`` instance.
 
     flags: optional list of (flag, dest_key, help) for dedicated options such as ``--out DIR`` that
-    set config keys. Errors print the message and exit with status 2, like argparse.
+    set config keys; a flag for a bool key takes no value (``--json`` is ``json=true``). Errors print
+    the message and exit with status 2, like argparse.
     """
     parser = build_parser(cls, prog, description)
     for flag, dest, helptext in flags or ():
-        parser.add_argument(flag, dest=dest.replace(".", "__"), default=None, help=helptext)
+        if _field_type(cls, dest) is bool:
+            parser.add_argument(flag, dest=dest.replace(".", "__"), action="store_const", const=True, help=helptext)
+        else:
+            parser.add_argument(
+                flag, dest=dest.replace(".", "__"), default=None, metavar=dest.split(".")[-1].upper(), help=helptext
+            )
     args = parser.parse_args(sys.argv[1:] if argv is None else list(argv))
     extra: dict = {}
     for _flag, dest, _ in flags or ():
         v = getattr(args, dest.replace(".", "__"))
         if v is not None:
-            set_path(extra, dest, yaml.safe_load(v) if isinstance(v, str) and v else v)
+            set_path(extra, dest, _typed_value(cls, dest, v) if isinstance(v, str) and v else v)
     try:
         return resolve(cls, args.config, args.overrides, extra)
     except ConfigError as e:

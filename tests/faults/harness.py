@@ -37,7 +37,7 @@ def tiny_args(out: Path, suite: Path, store: str | Path, run: str = "r", **over)
     """``python -m learner.train`` arguments of a tiny run (32x16 cameras, a small network, IL 1
     iteration then PPO+IL, serial rollouts, a checkpoint every iteration, nothing deleted)."""
     settings = {
-        "out": str(out),
+        "tracking.out": str(out),
         "suite": str(suite),
         "eval.suite": str(suite),
         "eval.every": 0,
@@ -59,9 +59,9 @@ def tiny_args(out: Path, suite: Path, store: str | Path, run: str = "r", **over)
         "il.il_rounds": 1,
         "ppo.max_consecutive_skips": 20,
         "iterations": 4,
-        "checkpoint_every": 1,
-        "keep_last": 50,
-        "tensorboard": "false",
+        "store.checkpoint_every": 1,
+        "store.keep_last": 50,
+        "tracking.tensorboard": "false",
     }
     settings.update({k.replace("__", "."): v for k, v in over.items()})
     return ["--run", run, "--store", str(store), *(f"{k}={v}" for k, v in settings.items())]

@@ -50,7 +50,7 @@ def _committed_iterations(root, run) -> dict[int, int]:
 @pytest.mark.slow
 def test_fault_driver_sigkill_between_checkpoints(tmp_path, fault_suite):
     store = tmp_path / "store"
-    args = tiny_args(tmp_path / "out", fault_suite, store, run="r", iterations=ITERATIONS, checkpoint_every=2)
+    args = tiny_args(tmp_path / "out", fault_suite, store, run="r", iterations=ITERATIONS, store__checkpoint_every=2)
     rs = CheckpointStore(store).run("r")
     with drivers() as started:
         first = Driver(args, tmp_path / "first.log")
@@ -104,7 +104,7 @@ def test_fault_driver_sigkill_while_writing_a_checkpoint(tmp_path, fault_suite, 
     proxy = TcpProxy(moto_s3.port)
     try:
         uri = proxied_uri(moto_s3, proxy, prefix)
-        args = tiny_args(tmp_path / "out", fault_suite, uri, run="r", iterations=ITERATIONS, checkpoint_every=2)
+        args = tiny_args(tmp_path / "out", fault_suite, uri, run="r", iterations=ITERATIONS, store__checkpoint_every=2)
         rs = CheckpointStore(uri).run("r")
         with drivers() as started:
             proxy.delay = 0.1

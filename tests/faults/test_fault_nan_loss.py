@@ -81,7 +81,7 @@ def test_fault_nan_loss_once_is_skipped_and_training_goes_on(tmp_path, fault_sui
 def test_fault_nan_loss_for_good_stops_with_exit_code_4(tmp_path, fault_suite):
     store = tmp_path / "store"
     args = tiny_args(
-        tmp_path / "out", fault_suite, store, iterations=ITERATIONS, checkpoint_every=100,
+        tmp_path / "out", fault_suite, store, iterations=ITERATIONS, store__checkpoint_every=100,
         ppo__lr=1e30, ppo__max_consecutive_skips=3,
     )  # fmt: skip
     with drivers() as started:

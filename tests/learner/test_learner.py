@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 import torch
 
+from learner.config import ILConfig, PPOConfig, TrainConfig
 from learner.group import LearnerGroup
-from learner.learner import Learner, LearnerSettings, NonFiniteLoss
+from learner.learner import Learner, NonFiniteLoss
+from learner.train import learner_settings
 from policy.network import ActorCritic, PolicyConfig, example_observation_space, random_obs
 from scenarios.actions import ActionSpec
 
@@ -55,7 +57,17 @@ def demos(n=64, seed=1):
     return d
 
 
-SETTINGS = LearnerSettings(epochs=2, minibatches=2, il_batch_size=32, seed=3)
+# built as the driver builds them (learner.train.learner_settings), with the values these tests were written for
+NO_AUX = dict(aux_front=0.0, aux_rear=0.0, aux_left=0.0, aux_right=0.0, aux_progress=0.0)
+SETTINGS = learner_settings(
+    TrainConfig(
+        seed=3,
+        ppo=PPOConfig(epochs=2, minibatches=2, lr_final_fraction=0.1, ent_coef=0.01, **NO_AUX),
+        il=ILConfig(batch_size=32),
+    ),
+    total_updates=1000,
+    lr=3e-4,
+)
 
 
 def test_ppo_update_moves_the_policy_and_reports_cleanrl_names():

@@ -15,7 +15,9 @@ import numpy as np
 import pytest
 import torch
 
-from learner.learner import Learner, LearnerSettings
+from learner.config import PPOConfig, TrainConfig
+from learner.learner import Learner
+from learner.train import learner_settings
 from rollout.fragment import stack_time
 from rollout.worker import RolloutWorker, WorkerSpec, build_policy
 from scenarios import save
@@ -45,7 +47,8 @@ def failure_rates(suite, lr: float, seed: int = 0) -> tuple[float, float]:
     worker = RolloutWorker(spec)
     torch.manual_seed(seed)
     policy = build_policy(worker.env.single_observation_space, worker.env.action_spec, POLICY)
-    settings = LearnerSettings(lr=lr, lr_final_fraction=1.0, epochs=4, minibatches=4, aux_weights=(0.1,) * 5, seed=seed)
+    ppo = PPOConfig(lr_final_fraction=1.0, epochs=4, minibatches=4, ent_coef=0.01)  # aux weights: 0.1 each
+    settings = learner_settings(TrainConfig(seed=seed, ppo=ppo), total_updates=1000, lr=lr)
     learner = Learner(policy, settings)
     failed: list[list[bool]] = []
     for it in range(ITERATIONS):

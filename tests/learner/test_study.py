@@ -24,7 +24,6 @@ def suite(tmp_path_factory):
 
 def tiny_study(tmp, suite) -> StudyConfig:
     train = {
-        "store": str(tmp / "store"),
         "suite": str(suite),
         "env": {"resolution": [32, 16], "render_backend": "cpu"},
         "policy": {"embed_dim": 32, "hidden_dim": 64},
@@ -33,8 +32,8 @@ def tiny_study(tmp, suite) -> StudyConfig:
         "il": {"pretrain_iterations": 2, "steps_per_iteration": 2, "batch_size": 16, "rl_rounds": 2, "il_rounds": 1},
         "eval": {"suite": str(suite), "every": 1, "num_envs": 2},
         "iterations": 2,
-        "checkpoint_every": 1,
-        "tensorboard": False,
+        "store": {"uri": str(tmp / "store"), "checkpoint_every": 1},
+        "tracking": {"tensorboard": False},
     }
     return from_dict(
         StudyConfig,

@@ -12,11 +12,12 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from learner.config import TrainConfig
 from learner.train import train
 from scenarios import save
-from sim.configs import from_dict
+from sim.configs import ConfigError, from_dict
 from store import CheckpointStore, RunLocked
 from tests.envs.handmade import straight_scenario
 
@@ -34,8 +35,8 @@ def suite(tmp_path_factory):
 def tiny(tmp: Path, suite: Path, **over) -> TrainConfig:
     data = {
         "run": "tiny",
-        "store": str(tmp / "store"),
-        "out": str(tmp / "out"),
+        "store": {"uri": str(tmp / "store"), "checkpoint_every": 1},
+        "tracking": {"out": str(tmp / "out"), "tensorboard": True},
         "suite": str(suite),
         "env": {"resolution": [32, 16], "render_backend": "cpu"},
         "policy": {"embed_dim": 32, "hidden_dim": 64},
@@ -44,8 +45,6 @@ def tiny(tmp: Path, suite: Path, **over) -> TrainConfig:
         "il": {"pretrain_iterations": 2, "steps_per_iteration": 2, "batch_size": 16, "rl_rounds": 2, "il_rounds": 1},
         "eval": {"suite": str(suite), "every": 0, "num_envs": 2},
         "iterations": 2,
-        "checkpoint_every": 1,
-        "tensorboard": True,
     }
     for k, v in over.items():
         data[k] = v
@@ -53,7 +52,7 @@ def tiny(tmp: Path, suite: Path, **over) -> TrainConfig:
 
 
 @pytest.mark.slow
-def test_train_checkpoint_resume_evaluate(tmp_path, suite):
+def test_train_checkpoint_resume_evaluate(tmp_path, suite, capsys):
     r1 = train(tiny(tmp_path, suite))
     s1 = r1.state
     assert s1.stage == "done" and s1.il_iteration == 2 and s1.iteration == 2
@@ -75,6 +74,15 @@ def test_train_checkpoint_resume_evaluate(tmp_path, suite):
     rows = [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()]
     assert any("losses/policy_loss" in r for r in rows) and any("losses/il_loss" in r for r in rows)
     assert any("charts/SPS" in r for r in rows) and any("val/CR" in r for r in rows)
+    # the resolved config is the whole tree (env and policy sections with every key), in the checkpoint
+    # and the run folder, and it reads back into the same config
+    saved = json.loads(rs.load(versions[-1]).files["config.json"])
+    assert saved["env"]["resolution"] == [32, 16] and saved["env"]["cameras"] is True
+    assert saved["policy"]["embed_dim"] == 32 and saved["policy"]["token_pool"] == "max"
+    assert saved["store"]["checkpoint_every"] == 1 and saved["tracking"]["out"] == str(tmp_path / "out")
+    assert from_dict(TrainConfig, saved) == tiny(tmp_path, suite)
+    assert from_dict(TrainConfig, yaml.safe_load((folder / "config.yaml").read_text())) == tiny(tmp_path, suite)
+    capsys.readouterr()
 
     # rerunning the same run with more iterations continues where it stopped: IL is not redone,
     # the counters carry on, the optimizer and RNG come back from the checkpoint
@@ -83,6 +91,12 @@ def test_train_checkpoint_resume_evaluate(tmp_path, suite):
     assert s2.il_iteration == 2 and s2.iteration == 4 and s2.env_steps == 4 * 6 * 2
     assert len([h for h in s2.history if h["label"] == "il"]) == 1
     assert rs.latest() > versions[-1]
+    assert "resuming with changed settings: iterations: 2 -> 4" in capsys.readouterr().out
+    # the checkpoint's weights are its own network's: a resume with another is refused, naming the key
+    latest = rs.latest()
+    with pytest.raises(ConfigError, match=r"another network \(policy.embed_dim: 32 -> 16\)"):
+        train(tiny(tmp_path, suite, iterations=5, policy={"embed_dim": 16, "hidden_dim": 64}))
+    assert rs.latest() == latest
 
 
 @pytest.mark.slow
@@ -167,11 +181,12 @@ def test_ray_job_submit_runs_the_entrypoint(tmp_path, suite):
             time.sleep(2)
         cmd = [
             str(ray_bin), "job", "submit", "--address", address, "--working-dir", str(REPO), "--",
-            sys.executable, "-m", "learner.train", "--run", "job", "--store", str(store), f"out={tmp_path / 'out'}",
-            f"suite={suite}", f"eval.suite={suite}", "env.resolution=[32,16]", "env.render_backend=cpu",
+            sys.executable, "-m", "learner.train", "--run", "job", "--store", str(store),
+            "--out", str(tmp_path / "out"), f"suite={suite}", f"eval.suite={suite}", "env.resolution=[32,16]",
+            "env.render_backend=cpu",
             "policy.embed_dim=32", "policy.hidden_dim=64", "rollout.num_actors=1", "rollout.envs_per_actor=2",
             "rollout.fragment_length=4", "rollout.cpus_per_actor=0.5", "il.pretrain_iterations=1",
-            "il.steps_per_iteration=1", "il.batch_size=8", "iterations=1", "eval.every=0", "tensorboard=false",
+            "il.steps_per_iteration=1", "il.batch_size=8", "iterations=1", "eval.every=0", "tracking.tensorboard=false",
         ]  # fmt: skip
         job = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=client_env)
         out = job.stdout + job.stderr

@@ -63,8 +63,8 @@ def train_part(results: dict, work: Path) -> None:
         TrainConfig,
         {
             "run": "cluster",
-            "store": str(work / "store"),
-            "out": str(work / "out"),
+            "store": {"uri": str(work / "store"), "checkpoint_every": 2},
+            "tracking": {"out": str(work / "out"), "tensorboard": False},
             "suite": str(suite),
             "env": {"resolution": [32, 16]},  # render_backend auto: cpu here, recorded with its reason
             "policy": {"embed_dim": 32, "hidden_dim": 64},
@@ -81,8 +81,6 @@ def train_part(results: dict, work: Path) -> None:
             "il": {"pretrain_iterations": 1, "steps_per_iteration": 1, "batch_size": 8, "il_rounds": 0},
             "eval": {"suite": str(suite), "every": 0, "num_envs": 1},
             "iterations": 2,
-            "checkpoint_every": 2,
-            "tensorboard": False,
         },
     )
     r = train(cfg)

@@ -21,7 +21,9 @@ import pytest
 import torch
 
 from learner import checkpoint as ckpt_io
-from learner.learner import Learner, LearnerSettings
+from learner.config import TrainConfig
+from learner.learner import Learner
+from learner.train import learner_settings
 from policy.exported import ExportError, ObservationMismatch, check_pt2_archive, load_exported
 from policy.network import ActorCritic, PolicyConfig, random_obs
 from policy.sources import (
@@ -85,7 +87,7 @@ def _trained_like(space, spec, batch, seed=0) -> ActorCritic:
 
 
 def _commit(store: Path, net, config: dict, **spaces) -> int:
-    learner = Learner(net, LearnerSettings())
+    learner = Learner(net, learner_settings(TrainConfig(), total_updates=1000, lr=3e-4))
     files = ckpt_io.encode(learner.state(), ckpt_io.TrainState(stage="rl", iteration=3), config, **spaces)
     return CheckpointStore(store).run(config["run"]).commit(files, {"iteration": 3, "env_steps": 100})
 
