@@ -30,11 +30,6 @@ def _has_cuda() -> bool:
         return False
 
 
-def pytest_configure(config):
-    # until pyproject.toml lists it (the coordinator's file): --strict-markers must know the marker
-    config.addinivalue_line("markers", "multinode: a local multi-node Ray cluster (ray.cluster_utils.Cluster)")
-
-
 def pytest_collection_modifyitems(config, items):
     if _has_cuda():
         return
