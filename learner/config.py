@@ -93,41 +93,6 @@ class EvalConfig:
 
 
 @dataclass(frozen=True)
-class PerceptionConfig:
-    """Stage perception (RAD's stage 1, ``learner.perception``): the camera encoder and BEV heads learn
-    to see the agents and the map from the images, labelled by the digital twin's ground truth."""
-
-    epochs: int = field(4, help="passes over the training frames")
-    batch_size: int = field(32, help="frames per minibatch")
-    lr: float = field(1e-3, help="Adam learning rate")
-    every: int = field(8, help="a training frame every N steps of each training clip's expert drive")
-    val_every: int = field(16, help="a metrics frame every N steps of each eval.suite clip")
-    jitter_m: float = field(1.0, help="frames from the expert's pose moved sideways by up to this (m)")
-    jitter_deg: float = field(10.0, help="... and turned by up to this (degrees)")
-    seed: int = field(0, help="seed of the frames' pose jitter (not the run's: seeds share one frame cache)")
-    cells: int = field(32, help="BEV grid side in cells (a multiple of 4)")
-    range_m: float = field(40.0, help="BEV grid side in metres")
-    behind_m: float = field(4.0, help="the grid starts this far behind the rear axle (m)")
-    velocity_weight: float = field(0.1, help="weight of the velocity L1 loss (m/s) beside the BCE losses")
-    cache_mb: float = field(512.0, help="size cap of each frame cache (train, val) in MB: fewer frames beyond it")
-    shard_frames: int = field(128, help="frames per cache shard (.npz, sha256-checked)")
-    freeze: bool = field(True, help="stages il and rl keep the image encoder that stage perception trained frozen")
-
-    def __post_init__(self):
-        for name in ("epochs", "batch_size", "every", "val_every", "cells", "shard_frames"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"perception.{name}: expected >= 1, got {getattr(self, name)}")
-        if self.cells % 4:
-            raise ValueError(f"perception.cells: expected a multiple of 4, got {self.cells}")
-        for name in ("lr", "range_m", "cache_mb"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"perception.{name}: expected > 0, got {getattr(self, name)}")
-        for name in ("jitter_m", "jitter_deg", "behind_m", "velocity_weight"):
-            if not getattr(self, name) >= 0:
-                raise ValueError(f"perception.{name}: expected >= 0, got {getattr(self, name)}")
-
-
-@dataclass(frozen=True)
 class StoreConfig:
     """The checkpoint store: where checkpoints go, how often, how many stay. ``store=URI`` (and
     ``--store URI``) is ``store.uri=URI``."""
