@@ -115,6 +115,7 @@ def make_rig(name: str, width: int = 128, height: int = 64) -> CameraRig:
       (70 deg) and back (110 deg).
     """
     cam = PinholeCamera.mounted
+    cams: tuple[PinholeCamera, ...]
     if name == "front3":
         cams = (
             cam("front", width, height, 70.0, 0.0, 2.0, (1.6, 0.0, 1.55)),

@@ -208,7 +208,7 @@ class BoxHits(NamedTuple):
     sign tells an env where the hit is: front/rear (x), left/right (y).
     """
 
-    count: int
+    count: int  # type: ignore[assignment]  # shadows tuple.count, on purpose: the public name of the field
     mean_box: np.ndarray
 
 

@@ -40,9 +40,9 @@ def rotmat_to_quat(R: np.ndarray) -> np.ndarray:
     else:
         s = 2.0 * np.sqrt(1.0 + R[2, 2] - R[0, 0] - R[1, 1])
         q = [(R[1, 0] - R[0, 1]) / s, (R[0, 2] + R[2, 0]) / s, (R[1, 2] + R[2, 1]) / s, 0.25 * s]
-    q = np.asarray(q)
-    q /= np.linalg.norm(q)
-    return q if q[0] >= 0 else -q
+    quat = np.asarray(q)
+    quat /= np.linalg.norm(quat)
+    return quat if quat[0] >= 0 else -quat
 
 
 def quat_multiply(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -83,7 +83,7 @@ class GaussianCloud:
     scales: torch.Tensor
     opacities: torch.Tensor
     sh: torch.Tensor
-    _cache: dict = field(default_factory=dict, repr=False, compare=False)
+    _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # not an input: derived data
 
     def __post_init__(self):
         n = self.means.shape[0]

@@ -11,11 +11,15 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from PIL import Image
 
 from sim.camera import CameraRig
+
+if TYPE_CHECKING:  # imageio is an optional extra (viz), imported where it is used
+    from imageio.core.format import Format
 
 
 def camera_yaw_deg(rig: CameraRig) -> np.ndarray:
@@ -102,7 +106,7 @@ class Mp4Writer:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._tmp = self.path.with_name(self.path.stem + ".tmp.mp4")
-        self._writer = None
+        self._writer: Format.Writer | None = None
         self.fps = fps
         self.frames = 0
 

@@ -89,7 +89,7 @@ def _gen_furniture(plan: Plan) -> list[GaussianCloud]:
     """Street lights and the layout's props (and parked vehicles), posed on the ground under them."""
     out = []
     xy = np.array([[p.x, p.y] for p in plan.furniture]).reshape(-1, 2)
-    zs = ground_z(plan.streets, xy) if len(xy) else []
+    zs = ground_z(plan.streets, xy) if len(xy) else np.zeros(0)
     for i, (p, z) in enumerate(zip(plan.furniture, zs)):
         seed = zlib.crc32(f"{plan.streets.seed}:{i}:{p.kind}".encode())
         if p.kind in VEHICLE_KINDS:

@@ -229,9 +229,9 @@ def demo_layout(kind: str = "straight", length: float = 200.0) -> StreetLayout:
             if sx:
                 x = xc + sx * cw
                 mark.append(Marking(np.array([[x, -hw + 0.3], [x, hw - 0.3]]), "crosswalk"))
-                xs = xc + sx * sl
+                xsl = xc + sx * sl
                 ys = (-lanes, 0.0) if sx < 0 else (0.0, lanes)  # traffic keeps right
-                mark.append(Marking(np.array([[xs, ys[0] + 0.1], [xs, ys[1] - 0.1]]), "stop_line"))
+                mark.append(Marking(np.array([[xsl, ys[0] + 0.1], [xsl, ys[1] - 0.1]]), "stop_line"))
             else:
                 y = sy * cw
                 mark.append(Marking(np.array([[xc - hw + 0.3, y], [xc + hw - 0.3, y]]), "crosswalk"))
@@ -239,26 +239,26 @@ def demo_layout(kind: str = "straight", length: float = 200.0) -> StreetLayout:
                 xs = (xc, xc + lanes) if sy < 0 else (xc - lanes, xc)
                 mark.append(Marking(np.array([[xs[0] + 0.1, ysl], [xs[1] - 0.1, ysl]]), "stop_line"))
         # four curb corners with rounded (6 m) returns
-        edges = []
+        curbs = []
         r = 6.0
         for qx in (-1, 1):
             for qy in (-1, 1):
                 far_x = (x0 - xc) if qx < 0 else (x0 + length - xc)
-                a = np.array([[xc + far_x, qy * hw], [xc + qx * (hw + r), qy * hw]])
+                curb_in = np.array([[xc + far_x, qy * hw], [xc + qx * (hw + r), qy * hw]])
                 cen = (xc + qx * (hw + r), qy * (hw + r))
                 a0 = math.atan2(-qy, 0.0)
                 a1 = math.atan2(0.0, -qx)
                 # the short way round from a0 to a1
                 da = (a1 - a0 + math.pi) % (2 * math.pi) - math.pi
                 arc = _arc(cen, r, a0, a0 + da, step=0.5)
-                b = np.array([[xc + qx * hw, qy * (hw + r)], [xc + qx * hw, qy * half_cross]])
-                poly = np.concatenate([a, arc[1:-1], b])
+                curb_out = np.array([[xc + qx * hw, qy * (hw + r)], [xc + qx * hw, qy * half_cross]])
+                poly = np.concatenate([curb_in, arc[1:-1], curb_out])
                 d = poly[1] - poly[0]
                 left = np.array([-d[1], d[0]])
                 outward = 1 if left[1] * qy > 0 else -1
-                edges.append(RoadEdge(poly, outward))
+                curbs.append(RoadEdge(poly, outward))
         return StreetLayout(
-            roads=(RoadSurface(main, w), RoadSurface(cross, w)), markings=tuple(mark), edges=tuple(edges)
+            roads=(RoadSurface(main, w), RoadSurface(cross, w)), markings=tuple(mark), edges=tuple(curbs)
         )
     # merge: a one-lane on-ramp from the right becomes an acceleration lane beside the main road
     ramp_w = LANE_WIDTH + 2 * SHOULDER

@@ -287,15 +287,15 @@ def cylinder(
 def disc(parts: Parts, rng, center, e_u, e_v, radius: float, pitch: float, rgb_fn):
     """Flat Gaussians on a disc in the plane spanned by unit e_u, e_v. rgb_fn(rho [n] / radius) -> colours."""
     n_r = max(2, math.ceil(radius / pitch))
-    pts, rho = [], []
+    pts, rings = [], []
     for i in range(n_r):
         r = (i + 0.5) / n_r * radius
         k = max(3, math.ceil(2 * math.pi * r / pitch))
         a = (np.arange(k) + rng.uniform(-JITTER, JITTER, k)) / k * 2 * math.pi + rng.uniform(0, 2 * math.pi)
         pts.append(np.stack([r * np.cos(a), r * np.sin(a)], 1))
-        rho.append(np.full(k, r / radius))
+        rings.append(np.full(k, r / radius))
     uv = np.concatenate(pts)
-    rho = np.concatenate(rho)
+    rho = np.concatenate(rings)
     e_u, e_v = np.asarray(e_u, dtype=np.float64), np.asarray(e_v, dtype=np.float64)
     p = np.asarray(center, dtype=np.float64) + uv[:, :1] * e_u + uv[:, 1:] * e_v
     sig = SIGMA_PER_PITCH * radius / n_r
