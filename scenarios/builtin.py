@@ -57,7 +57,7 @@ from scenarios.io import ScenarioError, load_folder
 try:
     import fcntl
 except ImportError:  # pragma: no cover - not POSIX: no lock, the rename into place still keeps a suite whole
-    fcntl = None
+    fcntl = None  # type: ignore[assignment]  # no fcntl module off POSIX: _suite_lock checks for None
 
 log = logging.getLogger(__name__)
 

@@ -128,6 +128,6 @@ def expert_problems(scenario: Scenario, must_collide: str | None = None) -> list
         want = "dynamic" if must_collide == "route" else must_collide
         if kind != want:
             out.append(f"holding the initial speed does not lead to a {want} collision (got {kind})")
-        elif step * scenario.dt < MIN_TIME_TO_COLLISION:
+        elif step is not None and step * scenario.dt < MIN_TIME_TO_COLLISION:  # a collision has a step
             out.append(f"the constant-speed collision comes at {step * scenario.dt:.1f} s, too early to react")
     return out

@@ -228,18 +228,18 @@ def plan_speed(
 
     vd = float(np.floor(min(v_cruise, v_curve.min() if len(v_curve) else v_cruise) / SPEED_QUANTUM) * SPEED_QUANTUM)
     vd = max(vd, SPEED_QUANTUM)
-    seeds = []
+    rows = []
     for r in (0.5, 1.0, 2.0):
-        seeds.append([0, vd, r, T, vd, 1, T, vd, 1])
-        seeds.append([0, v0, r, 2.0, vd, 1.0, T, vd, 1])
+        rows.append([0, vd, r, T, vd, 1, T, vd, 1])
+        rows.append([0, v0, r, 2.0, vd, 1.0, T, vd, 1])
     for t1 in (0.0, 1.0, 2.0):
         for low in (0.6 * v0, 0.3 * v0, 0.0):
             for rate in (1.0, 2.0, 3.0):
                 for hold in (1.5, 3.0, 5.0):
-                    seeds.append([0, vd, 1.0, t1, low, rate, t1 + hold, vd, 1.5])
+                    rows.append([0, vd, 1.0, t1, low, rate, t1 + hold, vd, 1.5])
         for high in (v0 + 2.0, v0 + 4.0):
-            seeds.append([0, vd, 1.0, t1, high, 2.0, t1 + 3.0, vd, 1.5])
-    seeds = np.array(seeds[:population], dtype=np.float64)
+            rows.append([0, vd, 1.0, t1, high, 2.0, t1 + 3.0, vd, 1.5])
+    seeds = np.array(rows[:population], dtype=np.float64)
     lo = np.tile([0.0, 0.0, 0.3], NUM_EVENTS)
     hi = np.tile([T, 20.0, -A_MIN], NUM_EVENTS)
     mean = np.array([0, vd, 1.0, T / 3, vd, 1.0, 2 * T / 3, vd, 1.0])
@@ -264,6 +264,8 @@ def plan_speed(
         elite = cand[order[: max(population // 10, 4)]]
         mean = elite.mean(axis=0)
         std = np.maximum(elite.std(axis=0), np.tile([0.1, 0.25, 0.1], NUM_EVENTS))
+    if best_p is None:
+        raise ValueError(f"plan_speed: no finite cost in {iterations} iterations (iterations must be >= 1)")
     c, ncol = cost(best_p[None])
     s, v, a = speed_profiles(best_p[None], v0, dt, n)
     return SpeedPlan(s0 + s[0], v[0], a[0], float(c[0]), int(ncol[0]))

@@ -51,7 +51,7 @@ class MapData:
     def route_polyline(self, route) -> np.ndarray:
         """The centre lines of ``route`` (lane ids in order) joined into one polyline [M, 2]
         (a vertex shared by consecutive lanes appears once)."""
-        parts = []
+        parts: list[np.ndarray] = []
         for i, lane_id in enumerate(route):
             c = np.asarray(self.lane(lane_id).centerline, dtype=np.float64)
             if i and np.allclose(c[0], parts[-1][-1]):

@@ -177,7 +177,7 @@ def plan_scenario(
             log.debug("%s attempt %d: %s", sid, attempt, problems[0])
             continue
         d = drive(draft.path, plan.s, draft.v0, EgoSpec(), dt, steps)
-        tags = {"kind": kind, "suite": suite, "seed": int(seed)}
+        tags: dict[str, str | int | float | bool] = {"kind": kind, "suite": suite, "seed": int(seed)}
         scenario = assemble(draft, d.states, sid, horizon, dt, tags)
         problems = expert_problems(scenario, draft.must_collide or None)
         if problems:
@@ -492,6 +492,7 @@ def _in_subprocesses(jobs: list[Job], workers: int):
                 text=True,
             )
             procs.append((proc, err))
+            assert proc.stdin is not None  # stdin=PIPE
             proc.stdin.write(json.dumps({"parent": os.getpid(), "jobs": mine}))
             proc.stdin.close()
             threading.Thread(target=_read_worker, args=(w, proc, done), daemon=True).start()
@@ -519,6 +520,7 @@ def _in_subprocesses(jobs: list[Job], workers: int):
 
 
 def _read_worker(w: int, proc: subprocess.Popen, done: queue.Queue) -> None:
+    assert proc.stdout is not None  # stdout=PIPE
     for line in proc.stdout:
         if line.strip():
             done.put(("result", w, json.loads(line)))

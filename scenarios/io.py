@@ -614,7 +614,7 @@ def load_folder(folder: str | os.PathLike, skip_broken: bool = False) -> list[Sc
         )
     for msg in broken:
         log.warning("skipping broken scenario: %s", msg)
-    ids: dict[str, Path] = {}
+    ids: dict[str, Path | None] = {}
     for s in out:
         if s.id in ids:
             raise ScenarioError(f"{s.path}: id: {s.id!r} is also the id of {ids[s.id]}; ids must be unique in a suite")

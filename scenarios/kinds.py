@@ -153,7 +153,7 @@ def _vehicle_agent(aid: str, garage: Garage, rng, path, s, offset=None, margin=0
 
 
 def _route_path(net: RoadNet, route: list[str]) -> np.ndarray:
-    parts = []
+    parts: list[np.ndarray] = []
     for i, lid in enumerate(route):
         c = np.asarray(net.lane(lid).centerline)
         if i and np.allclose(c[0], parts[-1][-1], atol=1e-6):
