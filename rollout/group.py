@@ -61,6 +61,10 @@ class RolloutGroup:
         opts = dict(num_cpus=r.num_cpus, max_restarts=0, max_task_retries=0)
         if r.num_gpus:
             opts["num_gpus"] = r.num_gpus
+        else:
+            # Ray no longer hides GPUs from actors that reserve none: without this an actor on a GPU node
+            # would render with gsplat on a GPU that Ray has handed to someone else.
+            opts["runtime_env"] = {"env_vars": {"CUDA_VISIBLE_DEVICES": ""}}
         if r.resources:
             opts["resources"] = dict(r.resources)
         return self._cls.options(**opts).remote(spec, slot)
