@@ -82,9 +82,9 @@ def bird_eye_view(env) -> np.ndarray:
         o, sz = d.obstacle_pose[j], d.obstacle_size[j]
         box(o[:2], o[3], sz[0], sz[1], OBSTACLE)
     t = min(env._t, d.horizon)
-    for j in np.flatnonzero(d.agent_present[t]):
-        sz = d.agent_size[j]
-        box(d.agent_xy[t, j], d.agent_yaw[t, j], sz[0], sz[1], AGENT)
+    for a in np.flatnonzero(d.agent_present[t]):
+        sz = d.agent_size[a]
+        box(d.agent_xy[t, a], d.agent_yaw[t, a], sz[0], sz[1], AGENT)
     c, eyaw, esz = env.ego_box()
     hit = bool(getattr(env, "_last_event", ""))
     box(c, eyaw, esz[0], esz[1], EGO, outline=(255, 255, 255) if hit else None)

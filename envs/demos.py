@@ -88,7 +88,7 @@ def expert_demonstrations(source, config: dict | None = None, cache: bool = True
     if cache and path.is_file():
         try:
             with np.load(path, allow_pickle=False) as z:  # object arrays (pickles) are refused, not loaded
-                out = {k: z[k] for k in z.files}
+                out: dict[str, Any] = {k: z[k] for k in z.files}
             ids = [str(s) for s in out.pop("scenario_ids")]
         except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
             log.warning("demonstrations: ignoring the unreadable cache file %s (%s); building them again", path, e)
@@ -100,7 +100,9 @@ def expert_demonstrations(source, config: dict | None = None, cache: bool = True
     t0 = time.perf_counter()
     spec = env.action_spec
     rows: list[dict[str, np.ndarray]] = []
-    labels, sidx, steps = [], [], []
+    labels: list[np.ndarray] = []
+    sidx: list[int] = []  # scenario index of each row
+    steps: list[int] = []
     pending: list[tuple[int, Any]] = []  # (row index, camera request)
 
     def flush():
@@ -123,6 +125,7 @@ def expert_demonstrations(source, config: dict | None = None, cache: bool = True
         try:
             env._start(k)
             d = env._data
+            assert d is not None  # _start loaded scenario k
             for t in range(d.horizon):
                 s = _expert_state(d, t)
                 env._t = t
@@ -156,7 +159,7 @@ def expert_demonstrations(source, config: dict | None = None, cache: bool = True
     env.close()
     if not rows:
         raise RuntimeError(f"demonstrations: every scenario failed: {'; '.join(list(skipped.values())[:3])}")
-    out: dict[str, Any] = {f"obs.{p}": np.stack([r[p] for r in rows]) for p in rows[0]}
+    out = {f"obs.{p}": np.stack([r[p] for r in rows]) for p in rows[0]}
     out["labels"] = np.stack(labels)
     out["scenario_index"] = np.asarray(sidx, np.int64)
     out["step"] = np.asarray(steps, np.int64)

@@ -18,11 +18,18 @@ Frames as ``sim.frames``: world metres, yaw from +x towards +y; the ego frame is
 from __future__ import annotations
 
 import math
+from typing import TypedDict
 
 import numpy as np
 from numba import njit
 
-_JIT = {"cache": True, "nogil": True}
+
+class _JitOptions(TypedDict):  # typed, so that njit(**_JIT) matches njit's keyword arguments
+    cache: bool
+    nogil: bool
+
+
+_JIT: _JitOptions = {"cache": True, "nogil": True}
 
 
 @njit(**_JIT)
