@@ -1,23 +1,22 @@
 """The environment's configuration: one frozen dataclass of defaults; unknown keys are errors.
 
 HighwayEnv style: ``DrivingEnv(config={"cameras": False})`` overrides some defaults and keeps the
-rest; ``EnvConfig.from_dict`` rejects keys it does not know and says which ones it does.
-``default_config()`` is the dict of defaults (what ``DrivingEnv.default_config()`` returns).
+rest; ``EnvConfig.from_dict`` is ``sim.configs.from_dict``, the loader of every config: it rejects keys
+it does not know (suggesting the nearest) and converts values to the field types. Each field's help is
+what ``python -m learner.train --help`` lists under ``env.*``. ``default_config()`` is the dict of
+defaults (what ``DrivingEnv.default_config()`` returns).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
 import math
-import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from scenarios.actions import ActionSpec
+from sim.configs import ConfigError, coerce_fields, field, to_dict
+from sim.configs import from_dict as load_config
 
 PARTS = ("cameras", "ego", "route", "agents", "map")
 
@@ -27,86 +26,97 @@ class EnvConfig:
     """Settings of ``SplatDrive-v0``. Distances in metres, angles in degrees, times in steps."""
 
     # -- scenarios -------------------------------------------------------------------------------
-    suite: str = "train"
-    """Scenarios when none are passed: a built-in suite name (train, val, test: generated on first
-    use), a suite directory or a scenario file."""
-    skip_broken: bool = False
-    """Skip scenario files that fail to load (each is logged) instead of raising."""
-    quarantine_after: int = 2
-    """Failures (exceptions in reset/step) after which a scenario is no longer sampled."""
-    cache_size: int = 64
-    """Scenarios whose scene, static index and tables are kept in memory (least recently used out)."""
-    seed: int | None = None
-    """Default seed of the scenario sampler when reset() gets none."""
-    horizon: int | None = None
-    """Episode length in steps; None: each scenario's own (its clip's length)."""
+    suite: str = field(
+        "train",
+        help="Scenarios when none are passed: a built-in suite name (train, val, test: generated on first "
+        "use), a suite directory or a scenario file.",
+    )
+    skip_broken: bool = field(False, help="Skip scenario files that fail to load (each is logged) instead of raising.")
+    quarantine_after: int = field(
+        2,
+        help="Failures (exceptions in reset/step) after which a scenario is no longer sampled.",
+    )
+    cache_size: int = field(
+        64,
+        help="Scenarios whose scene, static index and tables are kept in memory (least recently used out).",
+    )
+    seed: int | None = field(None, help="Default seed of the scenario sampler when reset() gets none.")
+    horizon: int | None = field(None, help="Episode length in steps; None: each scenario's own (its clip's length).")
 
     # -- observation parts -----------------------------------------------------------------------
-    cameras: bool = True
-    ego: bool = True
-    route: bool = True
-    agents: bool = True
-    map: bool = True
-    rig: str | None = None
-    """Camera rig name (``sim.RIGS``); None: the scenarios' own."""
-    resolution: tuple[int, int] | None = None
-    """(width, height) per camera; None: the scenarios' own."""
-    render_backend: str = "auto"
-    """``sim.render`` backend: auto, gsplat, cpu or reference."""
-    max_agents: int = 8
-    """K: agents observed (nearest first)."""
-    agent_radius: float = 60.0
-    """Agents farther than this from the ego are not observed."""
-    obstacles_as_agents: bool = True
-    """Observe static obstacle boxes as (stopped) agents too."""
-    map_points: int = 64
-    """M: nearest lane-centre points observed."""
-    map_spacing: float = 2.0
-    """Spacing of the lane-centre points."""
-    map_radius: float = 50.0
-    route_points: int = 10
-    """P: waypoints along the expert path ahead."""
-    route_spacing: float = 5.0
+    cameras: bool = field(True, help="observe the rig's images (part cameras)")
+    ego: bool = field(True, help="observe the ego's own state (part ego)")
+    route: bool = field(
+        True,
+        help="observe the route ahead: the expert's path (route) in privileged mode, navigation and command in"
+        " camera mode",
+    )
+    agents: bool = field(True, help="observe the nearest agents (part agents; privileged mode)")
+    map: bool = field(True, help="observe the nearest lane-centre points (part map; privileged mode)")
+    rig: str | None = field(None, help="Camera rig name (``sim.RIGS``); None: the scenarios' own.")
+    resolution: tuple[int, int] | None = field(None, help="(width, height) per camera; None: the scenarios' own.")
+    render_backend: str = field("auto", help="``sim.render`` backend: auto, gsplat, cpu or reference.")
+    max_agents: int = field(8, help="K: agents observed (nearest first).")
+    agent_radius: float = field(60.0, help="Agents farther than this from the ego are not observed.")
+    obstacles_as_agents: bool = field(True, help="Observe static obstacle boxes as (stopped) agents too.")
+    map_points: int = field(64, help="M: nearest lane-centre points observed.")
+    map_spacing: float = field(2.0, help="Spacing of the lane-centre points.")
+    map_radius: float = field(50.0, help="lane-centre points farther than this from the ego are not observed")
+    route_points: int = field(10, help="P: waypoints along the expert path ahead.")
+    route_spacing: float = field(5.0, help="spacing of the route waypoints along the expert path")
 
     # -- actions ---------------------------------------------------------------------------------
-    n_lat: int = 61
-    lat_max: float = 0.75
-    n_long: int = 61
-    long_max: float = 15.0
+    n_lat: int = field(61, help="lateral action bins, evenly spaced over [-lat_max, lat_max]")
+    lat_max: float = field(0.75, help="largest lateral anchor offset, metres (left positive)")
+    n_long: int = field(61, help="longitudinal action bins, evenly spaced over [0, long_max]")
+    long_max: float = field(15.0, help="largest longitudinal anchor distance, metres forward")
 
     # -- termination (RAD) -----------------------------------------------------------------------
-    position_threshold: float = 2.0
-    """Position deviation: distance to the expert path above this ends the episode."""
-    heading_threshold_deg: float = 40.0
-    """Heading deviation: heading error to the matched expert pose above this ends the episode."""
-    static_opacity_threshold: float = 0.5
-    """Static Gaussians with opacity above this count for static collisions."""
-    static_min_gaussians: int = 8
-    """Static collision when at least this many such Gaussians lie in the (raised) ego box."""
-    static_lift: float = 0.3
-    """The ego box for the Gaussian query starts this high above the ground (kerbs, road paint)."""
-    static_obstacle_boxes: bool = True
-    """Also count overlap with the scenario's static obstacle boxes as a static collision."""
-    static_gaussians: bool = True
-    """Query the background Gaussians for static collisions (StaticIndex)."""
-    progress_event: bool = True
-    """Progress deviation (not one of RAD's events; false for RAD-exact runs): falling more than
-    ``progress_threshold`` behind the logged expert ends the episode."""
-    progress_threshold: float = 10.0
-    """Progress deviation: metres behind the logged expert at the same step, along its path, above
-    which the episode ends (why this default: scenarios/README.md, "Progress")."""
+    position_threshold: float = field(
+        2.0,
+        help="Position deviation: distance to the expert path above this ends the episode.",
+    )
+    heading_threshold_deg: float = field(
+        40.0,
+        help="Heading deviation: heading error to the matched expert pose above this ends the episode.",
+    )
+    static_opacity_threshold: float = field(
+        0.5,
+        help="Static Gaussians with opacity above this count for static collisions.",
+    )
+    static_min_gaussians: int = field(
+        8,
+        help="Static collision when at least this many such Gaussians lie in the (raised) ego box.",
+    )
+    static_lift: float = field(
+        0.3,
+        help="The ego box for the Gaussian query starts this high above the ground (kerbs, road paint).",
+    )
+    static_obstacle_boxes: bool = field(
+        True,
+        help="Also count overlap with the scenario's static obstacle boxes as a static collision.",
+    )
+    static_gaussians: bool = field(True, help="Query the background Gaussians for static collisions (StaticIndex).")
+    progress_event: bool = field(
+        True,
+        help="Progress deviation (not one of RAD's events; false for RAD-exact runs): falling more than "
+        "``progress_threshold`` behind the logged expert ends the episode.",
+    )
+    progress_threshold: float = field(
+        10.0,
+        help="Progress deviation: metres behind the logged expert at the same step, along its path, above "
+        'which the episode ends (why this default: scenarios/README.md, "Progress").',
+    )
 
     # -- render_mode="rgb_array" -----------------------------------------------------------------
-    bev_pixels: int = 256
-    """Side of the bird's-eye view, pixels."""
-    bev_range: float = 30.0
-    """Half side of the bird's-eye view, metres (heading up)."""
+    bev_pixels: int = field(256, help="Side of the bird's-eye view, pixels.")
+    bev_range: float = field(30.0, help="Half side of the bird's-eye view, metres (heading up).")
 
     def __post_init__(self):
         def bad(field: str, want: str):
             raise ValueError(f"EnvConfig.{field}: expected {want}, got {getattr(self, field)!r}")
 
-        _check_types(self, bad)
+        coerce_fields(self)  # every field its declared type (numpy scalars made plain), or an error naming it
         for f in ("max_agents", "map_points", "route_points", "quarantine_after", "cache_size", "bev_pixels"):
             v = getattr(self, f)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -152,53 +162,23 @@ class EnvConfig:
 
     @staticmethod
     def from_dict(d: Mapping[str, Any] | EnvConfig | None = None, **overrides) -> EnvConfig:
-        """Defaults updated by ``d`` and ``overrides``; unknown keys raise ValueError."""
+        """Defaults updated by ``d`` and ``overrides``: ``sim.configs.from_dict``, the one loader of every
+        config (unknown keys are errors with the nearest valid one, values converted to the field types);
+        errors are ``sim.configs.ConfigError`` (a ValueError) starting with ``EnvConfig``."""
         if isinstance(d, EnvConfig):
-            d = dataclasses.asdict(d)
+            if not overrides:
+                return d
+            d = d.to_dict()
         if d is not None and not isinstance(d, Mapping):
-            raise ValueError(f"EnvConfig: expected a mapping of settings, got {type(d).__name__}")
-        d = {**(d or {}), **overrides}
-        known = {f.name for f in dataclasses.fields(EnvConfig)}
-        unknown = sorted(set(d) - known, key=str)  # (keys of any type: a YAML mapping may hold ints)
-        if unknown:
-            hints = []
-            for k in unknown:
-                close = difflib.get_close_matches(str(k), known, n=1)
-                hints.append(f"{k!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-            raise ValueError(f"EnvConfig: unknown key(s) {', '.join(hints)}; known keys: {', '.join(sorted(known))}")
-        if isinstance(d.get("resolution"), list | tuple):
-            d["resolution"] = tuple(d["resolution"])
-        return EnvConfig(**d)
+            raise ConfigError(f"EnvConfig: expected a mapping of settings, got {type(d).__name__}")
+        try:
+            return load_config(EnvConfig, {**(d or {}), **overrides})
+        except ConfigError as e:
+            raise ConfigError(str(e) if str(e).startswith("EnvConfig") else f"EnvConfig: {e}") from None
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-def _check_types(cfg: EnvConfig, bad) -> None:
-    """Every field holds its declared type (numpy scalars allowed, made plain; numbers finite), so a
-    wrong value is refused here, naming the key, and not met deep inside an episode."""
-    for f in dataclasses.fields(cfg):
-        v, want = getattr(cfg, f.name), _HINTS.get(f.name, "")
-        if v is None and "None" in want:
-            continue
-        if want.startswith("bool"):
-            if not isinstance(v, bool | np.bool_):
-                bad(f.name, "true or false")
-            object.__setattr__(cfg, f.name, bool(v))
-        elif want.startswith("int"):
-            if not isinstance(v, numbers.Integral) or isinstance(v, bool | np.bool_):
-                bad(f.name, "an integer" + (" or None" if "None" in want else ""))
-            object.__setattr__(cfg, f.name, int(v))
-        elif want.startswith("float"):
-            if not isinstance(v, numbers.Real) or isinstance(v, bool | np.bool_) or not math.isfinite(v):
-                bad(f.name, "a finite number")
-        elif want.startswith("str") and not isinstance(v, str):
-            bad(f.name, "a string" + (" or None" if "None" in want else ""))
-        elif want.startswith("tuple") and not isinstance(v, tuple):
-            bad(f.name, "None or (width, height) positive ints")
-
-
-_HINTS = {k: str(v) for k, v in EnvConfig.__annotations__.items()}  # "int", "int | None", "tuple[int, int] | None"...
+        """Plain data (tuples as lists): what is saved with a run and read back by ``from_dict``."""
+        return to_dict(self)
 
 
 def default_config() -> dict[str, Any]:

@@ -177,9 +177,25 @@ def _check_keys(cls, data: Mapping, prefix: str) -> None:
         return
     parts = []
     for k in unknown:
-        close = difflib.get_close_matches(str(k), names, n=1)
-        parts.append(f"unknown config key {prefix}{k}" + (f" (did you mean {prefix}{close[0]}?)" if close else ""))
+        close = [prefix + c for c in difflib.get_close_matches(str(k), names, n=1)] or _nested_key(cls, str(k), prefix)
+        parts.append(f"unknown config key {prefix}{k}" + (f" (did you mean {close[0]}?)" if close else ""))
     raise ConfigError(f"{'; '.join(parts)}; valid keys here: {', '.join(names)}")
+
+
+def _nested_key(cls, name: str, prefix: str, depth: int = 2) -> list[str]:
+    """``name`` as a key of one of ``cls``'s sections (``tensorboard`` -> ``tracking.tensorboard``): the
+    suggestion for a key that moved into a section."""
+    hints = _hints(cls)
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        if not _is_section(tp) or depth == 0:
+            continue
+        if name in {g.name for g in dataclasses.fields(tp)}:
+            return [f"{prefix}{f.name}.{name}"]
+        deeper = _nested_key(tp, name, f"{prefix}{f.name}.", depth - 1)
+        if deeper:
+            return deeper
+    return []
 
 
 def from_dict(cls, data: Mapping, prefix: str = ""):
@@ -199,11 +215,17 @@ def from_dict(cls, data: Mapping, prefix: str = ""):
     fields = {f.name: f for f in dataclasses.fields(cls)}
     kwargs = {}
     for k, v in data.items():
-        target = fields[k].metadata.get("overrides")
+        tp, target = hints[k], fields[k].metadata.get("overrides")
         if target is not None:
             kwargs[k] = overrides_dict(target, v, prefix + k + ".")
-        else:
-            kwargs[k] = _convert(v, hints[k], prefix + k)
+            continue
+        if _is_section(tp) and not isinstance(v, tp):
+            if not isinstance(v, Mapping) and scalar_field(tp):
+                v = {scalar_field(tp): v}
+            base = _default(fields[k])
+            if isinstance(v, Mapping) and isinstance(base, tp):  # keys given update the field's own default
+                v = merge(non_defaults(base), dict(v))
+        kwargs[k] = _convert(v, tp, prefix + k)
     try:
         return cls(**kwargs)
     except (TypeError, ValueError) as e:
@@ -256,13 +278,24 @@ def to_dict(cfg) -> dict:
 
 
 def non_defaults(cfg) -> dict:
-    """The fields of config ``cfg`` that differ from its class's defaults, as plain data (``to_dict``):
-    the overrides that rebuild it, e.g. a training env's settings handed to an evaluation as overrides."""
+    """The fields of config ``cfg`` that differ from a default instance of its class, as plain data
+    (sections recursively): the overrides that rebuild it. What a section's own default (such as a
+    benchmark's ``EnvConfig(rig="front3")``) contributes under the keys given for it, and a training env's
+    settings handed to an evaluation as overrides. Values a config derives (PolicyConfig's default
+    strides) are left out as long as what they derive from is."""
+    try:
+        fresh = type(cfg)()
+    except (TypeError, ValueError):  # required fields: everything counts
+        return to_dict(cfg)
     out = {}
     for f in dataclasses.fields(cfg):
-        value, default = getattr(cfg, f.name), _default(f)
-        if default is dataclasses.MISSING or value != default:
-            out[f.name] = to_dict(value) if dataclasses.is_dataclass(value) else to_dict({"v": value})["v"]
+        value, default = getattr(cfg, f.name), getattr(fresh, f.name)
+        if value == default:
+            continue
+        if _is_section(type(value)) and type(value) is type(default):
+            out[f.name] = non_defaults(value)
+        else:
+            out[f.name] = to_dict({"v": value})["v"]
     return out
 
 

@@ -124,7 +124,7 @@ def test_step_before_reset_and_after_the_end(plain):
 
 
 def test_config_rejects_unknown_keys(plain):
-    with pytest.raises(ValueError, match=r"unknown key\(s\) 'camras' \(did you mean 'cameras'\?\)"):
+    with pytest.raises(ValueError, match=r"EnvConfig: unknown config key camras \(did you mean cameras\?\)"):
         DrivingEnv({"camras": False}, scenarios=[plain])
     with pytest.raises(ValueError, match="position_threshold"):
         EnvConfig.from_dict({"position_threshold": -1.0})
