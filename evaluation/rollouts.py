@@ -67,7 +67,7 @@ def evaluate(
             for i in range(N):
                 info = env_info(infos, i)
                 sc = scen[ids.index(pad[i])]
-                rec = dict(
+                rec: dict[str, Any] = dict(
                     scenario=pad[i],
                     kind=_kind(sc),
                     horizon=int(getattr(sc, "horizon", 0)),
@@ -92,7 +92,7 @@ def evaluate(
                 actions = np.asarray(act(obs, [env_info(infos, i) for i in range(N)]))
                 frames = None
                 obs, reward, term, trunc, infos = venv.step(actions)
-                for i in np.flatnonzero(live):
+                for i in np.flatnonzero(live).tolist():
                     info = env_info(infos, i)
                     done = bool(term[i] or trunc[i])
                     step = info.get("final_info", info) if done else info
@@ -102,7 +102,9 @@ def evaluate(
                     rec["path_distance"].append(float(step.get("path_distance", np.nan)))
                     _state(rec, step)
                     if "frames" in rec:
-                        frames = frames if frames is not None else venv.render()
+                        if frames is None:
+                            frames = venv.render()
+                            assert frames is not None  # render_mode="rgb_array" where frames are kept
                         rec["frames"].append(frames[i] if not done else rec["frames"][-1])
                     if done:
                         rec["event"] = str(step.get("event", "") or "")
@@ -245,7 +247,8 @@ def _ray_rollouts(entries, scenarios, pool: PoolSettings, bar) -> dict[str, list
         opts["num_gpus"] = pool.gpus_per_actor
     n = max(1, min(pool.num_actors, len(waves)))
     cls = ray.remote(EvalWorker)
-    actors = [cls.options(**opts).remote(pool.threads) for _ in range(n)]
+    # Any: Ray types a handle's methods only for @ray.method ones, and EvalWorker is a plain class
+    actors: list[Any] = [cls.options(**opts).remote(pool.threads) for _ in range(n)]
     results: dict[tuple[str, int], list[dict]] = {}
     try:
         todo = list(waves)

@@ -13,11 +13,15 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from rollout.fragment import Fragment
 from rollout.worker import RolloutWorker, WorkerSpec
+
+if TYPE_CHECKING:  # Ray is imported only when actors are asked for (serial mode runs without it)
+    from ray import ObjectRef
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +44,9 @@ class RolloutGroup:
         self.restarts = 0
         self._slot_restarts = [0] * max(self.num_actors, 1)
         self.version = -1
-        self._weights_ref = None
+        self._weights_ref: ObjectRef[dict[str, torch.Tensor]] | None = None  # the latest weights, put once
         self._weights: Mapping[str, torch.Tensor] | None = None
+        self.local: RolloutWorker | None  # the in-process worker of serial mode
         if self.num_actors == 0:
             self.local = RolloutWorker(spec, worker_id=0)
             self.actors = []
@@ -58,7 +63,7 @@ class RolloutGroup:
     def _spawn(self, slot: int):
         r = self.resources
         spec = WorkerSpec(**{**self.spec.__dict__, "seed": self.spec.seed + 7919 * (slot + 1) * (1 + self.restarts)})
-        opts = dict(num_cpus=r.num_cpus, max_restarts=0, max_task_retries=0)
+        opts: dict[str, Any] = dict(num_cpus=r.num_cpus, max_restarts=0, max_task_retries=0)
         if r.num_gpus:
             opts["num_gpus"] = r.num_gpus
         else:
