@@ -213,6 +213,9 @@ def from_dict(cls, data: Mapping, prefix: str = ""):
     _check_keys(cls, data, prefix)
     hints = _hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
+    for f in fields.values():
+        if f.init and f.name not in data and _default(f) is dataclasses.MISSING:
+            raise ConfigError(f"missing config key {prefix}{f.name}: {f.metadata.get('help', '')}".rstrip(": "))
     kwargs = {}
     for k, v in data.items():
         tp, target = hints[k], fields[k].metadata.get("overrides")
@@ -433,8 +436,8 @@ def describe(cls, prefix: str = "", defaults: Any = None) -> list[str]:
             lines.append(f"  {prefix}{f.name}.*: {helptext} (overrides: only the keys given are set)")
             lines += [line.replace(", default ", ", if unset ", 1) for line in describe(target, prefix + f.name + ".")]
             continue
-        shown = "required" if default is dataclasses.MISSING else repr(default)
-        lines.append(f"  {prefix}{f.name} ({type_name(tp)}, default {shown}): {helptext}")
+        shown = "required" if default is dataclasses.MISSING else f"default {default!r}"
+        lines.append(f"  {prefix}{f.name} ({type_name(tp)}, {shown}): {helptext}")
     return lines
 
 
@@ -478,17 +481,17 @@ def parse_cli(cls, argv: Sequence[str] | None, prog: str, description: str, flag
     """Parse ``[--config FILE] [flags] key=value...`` into a ``cls`` instance.
 
     flags: optional list of (flag, dest_key, help) for dedicated options such as ``--out DIR`` that
-    set config keys; a flag for a bool key takes no value (``--json`` is ``json=true``). Errors print
-    the message and exit with status 2, like argparse.
+    set config keys (flag: one name or a tuple, ``("-q", "--quiet")``); a flag for a bool key takes no
+    value (``--json`` is ``json=true``). Errors print the message and exit with status 2, like argparse.
     """
     parser = build_parser(cls, prog, description)
     for flag, dest, helptext in flags or ():
+        names = (flag,) if isinstance(flag, str) else tuple(flag)
         if _field_type(cls, dest) is bool:
-            parser.add_argument(flag, dest=dest.replace(".", "__"), action="store_const", const=True, help=helptext)
+            parser.add_argument(*names, dest=dest.replace(".", "__"), action="store_const", const=True, help=helptext)
         else:
-            parser.add_argument(
-                flag, dest=dest.replace(".", "__"), default=None, metavar=dest.split(".")[-1].upper(), help=helptext
-            )
+            metavar = dest.split(".")[-1].upper()
+            parser.add_argument(*names, dest=dest.replace(".", "__"), default=None, metavar=metavar, help=helptext)
     args = parser.parse_args(sys.argv[1:] if argv is None else list(argv))
     extra: dict = {}
     for _flag, dest, _ in flags or ():

@@ -218,12 +218,15 @@ def test_cli(tmp_path, capsys):
 @pytest.mark.parametrize(
     "argv, msg",
     [
-        (["--count", "2"], "--out DIR is required"),
+        (["--count", "2"], "missing config key out: output folder"),
         (["--out", "x", "--kinds", "lane_keep,merge"], "unknown kind(s) lane_keep"),
-        (["--out", "x", "colour=red"], "bad override 'colour=red'"),
-        (["--out", "x", "count=two"], "count must be int"),
-        (["--out", "x", "--count", "0"], "--count must be >= 1"),
-        (["--out", "x", "gaussians=10"], "--gaussians must be >= 1000"),
+        (["--out", "x", "colour=red"], "unknown config key colour"),
+        (["--out", "x", "count=two"], "count: expected an integer, got 'two'"),
+        (["--out", "x", "--count", "0"], "count: expected >= 1, got 0"),
+        (["--out", "x", "gaussians=10"], "gaussians: expected >= 1000, got 10"),
+        (["--out", "x", "--seed", "999999", "--count", "2"], "seed + count: expected <= 1000000"),
+        (["--out", "x", "--cout", "2"], "unrecognized arguments: --cout"),
+        (["--out", "x", "cout=2"], "unknown config key cout (did you mean count?)"),
     ],
 )
 def test_cli_errors(argv, msg, capsys):
