@@ -340,7 +340,7 @@ def summarise(entries, records, scenarios, cfg: EvaluateConfig, suite_path: str,
             spec=e.spec,
             kind=e.kind,
             provenance=provenance(e),
-            env=dict(e.env),
+            env=EnvConfig.from_dict(e.env).to_dict(),  # every setting it ran with, resolved
             overall=rad_metrics(recs),
             by_kind=by_kind(recs),
             errors=[f"{r['scenario']}: {r['error']}" for r in recs if r.get("error")],
