@@ -18,7 +18,12 @@ from scenarios.actions import ActionSpec
 from sim.configs import ConfigError, coerce_fields, field, to_dict
 from sim.configs import from_dict as load_config
 
-PARTS = ("cameras", "ego", "route", "agents", "map")
+PARTS = ("cameras", "ego", "route", "agents", "map")  # the part switches
+OBSERVATION_MODES = ("camera", "privileged")
+# the parts each mode observes (envs.observation); navigation and command are camera mode's route
+MODE_PARTS = {"camera": ("cameras", "ego", "navigation", "command"), "privileged": PARTS}
+PART_SWITCH = {"navigation": "route", "command": "route"}  # the switch of a part not named as one
+CAMERA_ABLATIONS = ("none", "blank", "shuffle")
 
 
 @dataclass(frozen=True)
@@ -43,7 +48,17 @@ class EnvConfig:
     seed: int | None = field(None, help="Default seed of the scenario sampler when reset() gets none.")
     horizon: int | None = field(None, help="Episode length in steps; None: each scenario's own (its clip's length).")
 
-    # -- observation parts -----------------------------------------------------------------------
+    # -- observation -----------------------------------------------------------------------------
+    observation: str = field(
+        "camera",
+        help="What the policy observes (``envs.observation``): \"camera\", a car's view -- the rig's images, the"
+        " ego's own status (speed, yaw rate, acceleration, steering) and navigation from the map's route "
+        'lanes (coarse route points and a route command); or "privileged", ground truth, the teacher / '
+        "upper bound -- the images, the ego with its last action and the elapsed fraction, the expert's "
+        "path ahead, the agents and the lane map. The mode picks the part set; the switches below only "
+        "switch parts of it off (``route`` switches navigation and command off in camera mode; ``agents``"
+        " and ``map`` are not in it).",
+    )
     cameras: bool = field(True, help="observe the rig's images (part cameras)")
     ego: bool = field(True, help="observe the ego's own state (part ego)")
     route: bool = field(
@@ -53,6 +68,17 @@ class EnvConfig:
     )
     agents: bool = field(True, help="observe the nearest agents (part agents; privileged mode)")
     map: bool = field(True, help="observe the nearest lane-centre points (part map; privileged mode)")
+    camera_ablation: str = field(
+        "none",
+        help='Images for ablations (evaluation): "none"; "blank", flat grey (128); "shuffle", another clip\'s '
+        "frames (what the rig sees on the expert's pose of another scenario of the pool at the same "
+        "step).",
+    )
+    navigation_points: int = field(
+        5,
+        help="Camera mode: route points ahead along the route's lane centres (``navigation``).",
+    )
+    navigation_spacing: float = field(10.0, help="Camera mode: metres between the navigation points.")
     rig: str | None = field(None, help="Camera rig name (``sim.RIGS``); None: the scenarios' own.")
     resolution: tuple[int, int] | None = field(None, help="(width, height) per camera; None: the scenarios' own.")
     render_backend: str = field("auto", help="``sim.render`` backend: auto, gsplat, cpu or reference.")
@@ -117,7 +143,19 @@ class EnvConfig:
             raise ValueError(f"EnvConfig.{field}: expected {want}, got {getattr(self, field)!r}")
 
         coerce_fields(self)  # every field its declared type (numpy scalars made plain), or an error naming it
-        for f in ("max_agents", "map_points", "route_points", "quarantine_after", "cache_size", "bev_pixels"):
+        if self.observation not in OBSERVATION_MODES:
+            bad("observation", " or ".join(repr(m) for m in OBSERVATION_MODES))
+        if self.camera_ablation not in CAMERA_ABLATIONS:
+            bad("camera_ablation", " or ".join(repr(m) for m in CAMERA_ABLATIONS))
+        for f in (
+            "max_agents",
+            "map_points",
+            "route_points",
+            "navigation_points",
+            "quarantine_after",
+            "cache_size",
+            "bev_pixels",
+        ):
             v = getattr(self, f)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 bad(f, "an int >= 1")
@@ -128,6 +166,7 @@ class EnvConfig:
             "map_spacing",
             "map_radius",
             "route_spacing",
+            "navigation_spacing",
             "position_threshold",
             "heading_threshold_deg",
             "progress_threshold",
@@ -157,8 +196,9 @@ class EnvConfig:
 
     @property
     def parts(self) -> tuple[str, ...]:
-        """The observation parts switched on."""
-        return tuple(p for p in PARTS if getattr(self, p))
+        """The observation parts switched on: the mode's part set (``MODE_PARTS``) less the parts whose
+        switch is off (camera mode's navigation and command follow ``route``)."""
+        return tuple(p for p in MODE_PARTS[self.observation] if getattr(self, PART_SWITCH.get(p, p)))
 
     @staticmethod
     def from_dict(d: Mapping[str, Any] | EnvConfig | None = None, **overrides) -> EnvConfig:

@@ -7,7 +7,11 @@ drives the arc to it (``sim.dynamics.anchor_to_controls``) for one step of the b
 expert (``progress_deviation``, on unless ``progress_event=False``), end the episode with -1
 (``envs.reward``); reaching the clip's end truncates it.
 
-Observation: ``envs.observation``. Info at every reset and step:
+Observation: ``envs.observation``, in the mode ``config["observation"]`` (camera by default: images,
+the ego's own status and navigation from the map; "privileged": ground-truth state, the teacher).
+``config["camera_ablation"]`` replaces the images for ablations: "blank" (flat grey) or "shuffle"
+(another clip's frames: the rig's view on the expert's pose of another scenario of the pool, the one
+half the pool away, at the same step). Info at every reset and step:
 
 - ``scenario`` (id), ``step`` (0..horizon), ``expert_action`` int64 [2]: the expert's IL label
   (lateral index, longitudinal index) for the observation returned with it, i.e. for the next
@@ -46,8 +50,15 @@ from gymnasium import spaces
 
 from envs.bev import compose_frame
 from envs.config import EnvConfig
-from envs.kernels import first_overlap, nearest_features, nearest_points, path_points, route_features
-from envs.observation import observation_space
+from envs.kernels import (
+    first_overlap,
+    nearest_features,
+    nearest_points,
+    path_points,
+    project_path,
+    route_features,
+)
+from envs.observation import RoutePath, observation_space, route_command, route_path
 from envs.reward import detect_events, first_event, reward_parts, reward_terms
 from envs.suite import ScenarioPool, resolve_scenarios
 from scenarios.actions import ActionSpec, project_feasible
@@ -61,6 +72,7 @@ from sim.geometry import box_corners, world_to_local
 log = logging.getLogger("envs")
 
 STILL_EXPERT = 0.01  # m: an expert covering less than this over the horizon "does not move"
+BLANK_GREY = 128  # camera_ablation="blank": every pixel of every camera
 
 
 def expert_arclength(poses: np.ndarray, horizon: int) -> np.ndarray:
@@ -155,6 +167,16 @@ class DrivingEnv(gym.Env):
         self.rig = make_rig(rig_name, width, height)
         self._Ks = self.rig.Ks()  # [C, 3, 3]
         self.observation_space = observation_space(cfg, len(self.rig), width, height)
+        self._parts = frozenset(cfg.parts)
+        if cfg.camera_ablation == "shuffle" and len(pool) < 2:
+            raise ValueError(
+                "EnvConfig.camera_ablation: 'shuffle' shows another clip's frames and needs at least 2 "
+                f"scenarios, got {len(pool)}"
+            )
+        self._grey: np.ndarray | None = None  # camera_ablation="blank": the flat grey images, made once
+        self._nav: RoutePath | None = None  # camera mode: the route from the map's lanes
+        self._nav_point = np.empty(2)  # camera mode: the navigation kernel's buffer
+        self._donor: tuple[Any, Any] | None = None  # camera_ablation="shuffle": (ScenarioData, scene) shown
         self._heading_threshold = math.radians(cfg.heading_threshold_deg)
         self._progress_threshold = float(cfg.progress_threshold) if cfg.progress_event else None
         self._point = np.empty((1, 2))  # the matched path point (a reused buffer)
@@ -265,7 +287,7 @@ class DrivingEnv(gym.Env):
         self._active = False
         d = self.pool.data(k)
         self._k, self._data = k, d
-        need_scene = cfg.cameras or cfg.static_gaussians or self.render_mode is not None
+        need_scene = "cameras" in self._parts or cfg.static_gaussians or self.render_mode is not None
         self._scene = d.load_scene() if need_scene else None
         self._static = None
         if cfg.static_gaussians:
@@ -281,6 +303,10 @@ class DrivingEnv(gym.Env):
         self._accel = self._steer = self._yaw_rate = 0.0
         self._last_event = ""
         self._last = (0.0, float(d.start_state[3]) * ANCHOR_HORIZON)  # the anchor that holds the speed
+        self._nav = route_path(d.scenario) if "navigation" in self._parts or "command" in self._parts else None
+        if cfg.camera_ablation == "shuffle":
+            other = self.pool.data((k + len(self.pool) // 2) % len(self.pool))
+            self._donor = (other, other.load_scene() if "cameras" in self._parts else None)
         self._measure()
         self._obs = self._observe()
         self._active = True
@@ -413,22 +439,35 @@ class DrivingEnv(gym.Env):
 
     # -- observation -----------------------------------------------------------------------------
     def _observe(self) -> dict[str, np.ndarray]:
-        d, cfg, t = self._data, self.config, self._t
+        """The observation of the current state, in the config's mode (``envs.observation``); the cameras
+        are the previous images until ``_set_cameras`` gets the new ones from the render call."""
+        d, cfg, t, on = self._data, self.config, self._t, self._parts
         ex, ey, yaw, v = self._state.tolist()
         obs: dict[str, np.ndarray] = {}
-        if cfg.cameras:
+        if "cameras" in on:
             prev = self._obs.get("cameras") if self._obs is not None else None
             obs["cameras"] = prev  # filled by _set_cameras after the render call
-        if cfg.ego:
+        if "ego" in on and cfg.observation == "camera":  # what the car measures of itself
+            obs["ego"] = np.array([v, self._yaw_rate, self._accel, self._steer], dtype=np.float32)
+        elif "ego" in on:
             obs["ego"] = np.array(
                 [v, self._yaw_rate, self._accel, self._steer, self._last[0], self._last[1], t / d.horizon],
                 dtype=np.float32,
             )
-        if cfg.route:
+        if self._nav is not None:  # camera mode: the map's route, from where the ego is on it
+            nav = self._nav
+            _, s0, _, _ = project_path(ex, ey, nav.xy, nav.s, nav.yaw, nav.dyaw, nav.z)
+            if "navigation" in on:
+                points = np.empty((cfg.navigation_points, 2), np.float32)
+                route_features(ex, ey, yaw, nav.xy, nav.s, s0, cfg.navigation_spacing, points)
+                obs["navigation"] = points
+            if "command" in on:
+                obs["command"] = route_command(nav, s0)
+        if "route" in on:
             route = np.empty((cfg.route_points, 2), np.float32)
             route_features(ex, ey, yaw, d.path_xy, d.path_s, self._s, cfg.route_spacing, route)
             obs["route"] = route
-        if cfg.agents:
+        if "agents" in on:
             feats = np.zeros((cfg.max_agents, 8), np.float32)
             mask = np.zeros(cfg.max_agents, np.float32)
             n = d.box_xy.shape[1] if cfg.obstacles_as_agents else d.num_agents
@@ -437,20 +476,40 @@ class DrivingEnv(gym.Env):
                 d.box_present[t, :n], cfg.agent_radius, feats, mask, 0,
             )  # fmt: skip
             obs["agents"], obs["agents_mask"] = feats, mask
-        if cfg.map:
+        if "map" in on:
             feats = np.zeros((cfg.map_points, 4), np.float32)
             mask = np.zeros(cfg.map_points, np.float32)
             nearest_points(ex, ey, yaw, d.lane_points, cfg.map_radius, feats, mask)
             obs["map"], obs["map_mask"] = feats, mask
         return obs
 
+    def view_request(self, k: int, t: int, x: float, y: float, yaw: float):
+        """(Composite, viewmats [C, 4, 4], far plane) of the rig on scenario k (pool index) at step t with
+        the ego at (x, y, yaw) (world; the ground height of the expert path's nearest point): what the
+        cameras see there, for ``sim.render``. The env's episode is not touched (perception frames)."""
+        d = self.pool.data(k)
+        z = d.project(np.array([x, y]))[3]
+        comp = d.load_scene().compose(min(int(t), d.horizon))
+        return comp, self.rig.viewmats(pose_matrix(x, y, z, yaw)), float(d.scenario.render_distance)
+
     def world_T_ego(self) -> np.ndarray:
         return pose_matrix(self._state[0], self._state[1], self._z, self._state[2])
 
     def _camera_request(self, force: bool = False):
-        """(Composite, viewmats [C, 4, 4], far plane) to render for the current state, or None."""
-        if not (self.config.cameras or force):
+        """(Composite, viewmats [C, 4, 4], far plane) to render for the current state, or None.
+
+        camera_ablation="shuffle": the other clip's scene at this step, seen from its expert's pose."""
+        if not ("cameras" in self._parts or force):
             return None
+        if self._donor is not None:
+            other, scene = self._donor
+            if scene is None:
+                scene = other.load_scene()
+                self._donor = (other, scene)
+            t = min(self._t, other.horizon)
+            x, y, z, yaw = (float(v) for v in other.expert_poses[t])
+            viewmats = self.rig.viewmats(pose_matrix(x, y, z, yaw))
+            return scene.compose(t), viewmats, float(other.scenario.render_distance)
         if self._scene is None:
             self._scene = self._data.load_scene()
         comp = self._scene.compose(min(self._t, self._data.horizon))
@@ -462,8 +521,13 @@ class DrivingEnv(gym.Env):
         return rgb_to_uint8(out.rgb)
 
     def _set_cameras(self, images: np.ndarray) -> None:
-        if self.config.cameras:
-            self._obs["cameras"] = images
+        if "cameras" not in self._parts:
+            return
+        if self.config.camera_ablation == "blank":  # the render call still runs: every caller renders alike
+            if self._grey is None or self._grey.shape != images.shape:
+                self._grey = np.full(images.shape, BLANK_GREY, np.uint8)
+            images = self._grey
+        self._obs["cameras"] = images
 
 
 def rgb_to_uint8(rgb) -> np.ndarray:

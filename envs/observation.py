@@ -1,8 +1,21 @@
-"""The observation: a gymnasium ``Dict`` whose parts can each be switched off in the config.
+"""The observation: a gymnasium ``Dict`` in one of two modes (``EnvConfig.observation``).
+
+**camera** (the default: training, evaluation, export) -- what a car has: its cameras, its own
+motion, and navigation from the map along its planned route. No agent, obstacle, lane map, elapsed
+time or anything derived from the expert's logged drive.
 
 | key           | dtype   | shape        | content (ego frame: x forward, y left, metres; see ``sim.frames``)     |
 |---------------|---------|--------------|------------------------------------------------------------------------|
 | cameras       | uint8   | [C, H, W, 3] | the rig's images of the digital twin at the ego's pose                 |
+| ego           | float32 | [4]          | speed m/s, yaw rate rad/s, accel m/s^2, steering rad                   |
+| navigation    | float32 | [N, 2]       | points every ``navigation_spacing`` m ahead along the centre lines of  |
+|               |         |              | the scenario's route lanes (``MapData.route_polyline(scenario.route)``)|
+| command       | float32 | [3]          | one-hot route command: straight, left, right (:func:`route_command`)   |
+
+**privileged** (the teacher, an upper bound: ground truth no car has) -- the images and:
+
+| key           | dtype   | shape        | content                                                                |
+|---------------|---------|--------------|------------------------------------------------------------------------|
 | ego           | float32 | [7]          | speed m/s, yaw rate rad/s, accel m/s^2, steering rad, last lateral m,  |
 |               |         |              | last longitudinal m (the anchor applied last step), elapsed fraction   |
 | route         | float32 | [P, 2]       | waypoints every ``route_spacing`` m ahead along the expert path        |
@@ -12,18 +25,30 @@
 | map_mask      | float32 | [M]          | 1 where the map row is a real point                                    |
 
 Rows are nearest first; padding rows are zero. Velocities and headings are turned into the ego frame.
+The mode picks the part set; the config's part switches only switch parts of it off (``route``
+switches camera mode's navigation and command off; ``agents`` and ``map`` are not in camera mode).
+Camera mode's ego features are privileged's first four, in the same order.
 """
 
 from __future__ import annotations
 
+import math
+from typing import NamedTuple
+
 import numpy as np
 from gymnasium import spaces
 
-from envs.config import EnvConfig
+from envs.config import MODE_PARTS, EnvConfig
+from sim.geometry import clean_polyline, polyline_arclength, polyline_heading
 
 EGO_FEATURES = ("speed", "yaw_rate", "accel", "steer", "last_lateral", "last_longitudinal", "elapsed")
+CAMERA_EGO_FEATURES = EGO_FEATURES[:4]  # what the car measures of itself
 AGENT_FEATURES = ("x", "y", "cos_yaw", "sin_yaw", "length", "width", "vx", "vy")
 MAP_FEATURES = ("x", "y", "cos", "sin")
+COMMANDS = ("straight", "left", "right")
+PRIVILEGED_KEYS = ("route", "agents", "agents_mask", "map", "map_mask")  # never in a camera observation
+COMMAND_LOOKAHEAD = 40.0  # m along the route ahead over which the command looks at the heading change
+COMMAND_ANGLE = math.radians(15.0)  # a heading change beyond this ahead is a turn (left > 0, right < 0)
 
 
 BOUND = 1e3  # |value| bound of the float parts (metres, m/s, rad/s, m/s^2): far beyond what they reach
@@ -31,20 +56,70 @@ BOUND = 1e3  # |value| bound of the float parts (metres, m/s, rad/s, m/s^2): far
 
 def observation_space(cfg: EnvConfig, num_cameras: int, width: int, height: int) -> spaces.Dict:
     f32 = np.float32
+    on = set(cfg.parts)
     parts: dict[str, spaces.Space] = {}
-    if cfg.cameras:
+    if "cameras" in on:
         parts["cameras"] = spaces.Box(0, 255, (num_cameras, height, width, 3), np.uint8)
-    if cfg.ego:
-        parts["ego"] = spaces.Box(-BOUND, BOUND, (len(EGO_FEATURES),), f32)
-    if cfg.route:
+    if "ego" in on:
+        n = len(CAMERA_EGO_FEATURES if cfg.observation == "camera" else EGO_FEATURES)
+        parts["ego"] = spaces.Box(-BOUND, BOUND, (n,), f32)
+    if "navigation" in on:
+        parts["navigation"] = spaces.Box(-BOUND, BOUND, (cfg.navigation_points, 2), f32)
+    if "command" in on:
+        parts["command"] = spaces.Box(0.0, 1.0, (len(COMMANDS),), f32)
+    if "route" in on:
         parts["route"] = spaces.Box(-BOUND, BOUND, (cfg.route_points, 2), f32)
-    if cfg.agents:
+    if "agents" in on:
         parts["agents"] = spaces.Box(-BOUND, BOUND, (cfg.max_agents, len(AGENT_FEATURES)), f32)
         parts["agents_mask"] = spaces.Box(0.0, 1.0, (cfg.max_agents,), f32)
-    if cfg.map:
+    if "map" in on:
         parts["map"] = spaces.Box(-BOUND, BOUND, (cfg.map_points, len(MAP_FEATURES)), f32)
         parts["map_mask"] = spaces.Box(0.0, 1.0, (cfg.map_points,), f32)
     return spaces.Dict(parts)
+
+
+def observation_mode(space: spaces.Dict) -> str:
+    """The mode an observation space belongs to: "privileged" when it holds a privileged part or the
+    7-feature ego, "camera" otherwise (how spaces recorded before the modes existed are read)."""
+    keys = set(space.spaces)
+    if keys & set(PRIVILEGED_KEYS):
+        return "privileged"
+    ego = space.spaces.get("ego")
+    if ego is not None and tuple(ego.shape or ()) == (len(EGO_FEATURES),):
+        return "privileged"
+    return "camera" if keys <= set(MODE_PARTS["camera"]) else "privileged"
+
+
+# -- navigation (camera mode) ------------------------------------------------------------------------
+
+
+class RoutePath(NamedTuple):
+    """The route as the map gives it: the centre lines of the scenario's route lanes joined, repeated
+    vertices removed. xy [M, 2] world m, s [M] arclength, yaw [M] heading (unwrapped, rad), dyaw [M-1]
+    the heading change along each segment, z [M] zeros (``envs.kernels.project_path``'s arguments)."""
+
+    xy: np.ndarray
+    s: np.ndarray
+    yaw: np.ndarray
+    dyaw: np.ndarray
+    z: np.ndarray
+
+
+def route_path(scenario) -> RoutePath:
+    """The scenario's route (lane ids in order, ``scenario.route``) from its map's lanes."""
+    xy = np.ascontiguousarray(clean_polyline(scenario.map.route_polyline(scenario.route)), dtype=np.float64)
+    yaw = np.unwrap(polyline_heading(xy))
+    return RoutePath(xy, polyline_arclength(xy), yaw, np.ascontiguousarray(np.diff(yaw)), np.zeros(len(xy)))
+
+
+def route_command(path: RoutePath, s0: float, lookahead: float = COMMAND_LOOKAHEAD, angle: float = COMMAND_ANGLE):
+    """One-hot float32 [3] (straight, left, right): how much the route turns between arclength s0 and
+    s0 + lookahead (the heading change; left when > angle, right when < -angle, else straight)."""
+    h0, h1 = np.interp([s0, s0 + lookahead], path.s, path.yaw)
+    turn = float(h1 - h0)
+    out = np.zeros(len(COMMANDS), np.float32)
+    out[1 if turn > angle else 2 if turn < -angle else 0] = 1.0
+    return out
 
 
 def to_ego(xy: np.ndarray, ego_xy: np.ndarray, c: float, s: float) -> np.ndarray:

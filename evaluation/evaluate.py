@@ -168,6 +168,7 @@ def _slug(label: str) -> str:
 # settings of these (its training env config) are kept, under the evaluation's env overrides. Everything
 # else -- termination thresholds, horizon, collision settings -- is the evaluation's, the same for all.
 SOURCE_ENV_KEYS = (
+    "observation", "navigation_points", "navigation_spacing",
     "cameras", "ego", "route", "agents", "map", "rig", "resolution", "max_agents", "agent_radius",
     "obstacles_as_agents", "map_points", "map_spacing", "map_radius", "route_points", "route_spacing",
     "n_lat", "lat_max", "n_long", "long_max",
@@ -188,8 +189,9 @@ def resolve_policies(specs: Sequence[str], scenarios: Sequence, env: Mapping[str
     for spec in specs:
         spec = str(spec)
         if spec in BASELINES:
+            # baselines read ground truth (the ego's speed, the lane map): the privileged observation
             parts = {p: (p in PARTS[spec]) for p in OBS_PARTS}
-            entry = PolicyEntry(spec, spec, "baseline", {**env, **parts})
+            entry = PolicyEntry(spec, spec, "baseline", {**env, **parts, "observation": "privileged"})
         else:
             source = _resolve_source(spec)
             own = {k: v for k, v in dict(source.env_config or {}).items() if k in SOURCE_ENV_KEYS}
@@ -198,6 +200,12 @@ def resolve_policies(specs: Sequence[str], scenarios: Sequence, env: Mapping[str
                 env_space, rig, env_cfg = suite_observation(scenarios, merged)
             except ValueError as e:
                 raise PolicyError(f"policy {spec!r}: the suite's env cannot be set up for it: {e}") from None
+            if env_cfg.observation != source.observation_mode:
+                raise PolicyError(
+                    f"policy {spec!r} was trained with observation={source.observation_mode!r}, the suite's env "
+                    f"observes {env_cfg.observation!r} (env.observation); a policy drives only from the observation "
+                    "mode it was trained with. Nothing was run."
+                )
             problems = observation_mismatch(source.obs_space, env_space, rig)
             if env_cfg.action_spec != source.action_spec:
                 problems.append(f"action bins: the policy has {source.action_spec}, the env {env_cfg.action_spec}")

@@ -13,8 +13,9 @@ DIR receives (written beside it in a temporary folder, then renamed into place):
                          dynamic batch; outputs action, logits_long, logits_lat_all, values
     policy.pt2           the same program through torch.export.save, dynamic batch
     weights.safetensors  the network's state_dict
-    policy.json          observation spec, action bins, mask rule and table, normalisation,
-                         versions, configs, provenance, export time, parity figures, file sha256s
+    policy.json          observation mode ("camera" or "privileged") and spec, action bins, mask
+                         rule and table, normalisation, versions, configs, provenance, export time,
+                         parity figures, file sha256s
 
 Before the package is published, the ONNX model (onnxruntime) and the torch.export program are
 run on random observations and held to the eager network: logits within ``tolerance`` and the
@@ -43,9 +44,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from envs.config import EnvConfig
 from policy.exported import FORMAT, FORMAT_VERSION, OUTPUTS, POLICY_JSON, ExportError, load_exported
+from policy.network import ExportPolicy, PolicyConfig, RunningNorm, random_obs
 from policy.sources import PolicySource, PolicySourceError, resolve_policy_source, space_to_json
+from sim.camera import make_rig
 from sim.configs import field, parse_cli, to_dict
+from sim.configs import from_dict as config_from_dict
 from sim.dynamics import ANCHOR_HORIZON
 
 log = logging.getLogger(__name__)
@@ -95,8 +100,6 @@ class _Positional(torch.nn.Module):
 
 
 def _example_obs(space, batch: int, seed: int) -> dict[str, torch.Tensor]:
-    from policy.network import random_obs
-
     return random_obs(space, batch, generator=torch.Generator().manual_seed(seed))
 
 
@@ -220,8 +223,6 @@ def _mask_json(spec) -> dict:
 
 
 def _normalisation_json(net) -> dict:
-    from policy.network import RunningNorm
-
     out: dict[str, Any] = dict(
         inside_model=True,
         note="baked into policy.onnx and policy.pt2: feed the raw observations (uint8 images, float32 vectors "
@@ -258,8 +259,6 @@ def _rig_json(rig: dict | None, obs_space) -> dict | None:
     """The camera rig: name, resolution, and each camera's intrinsics and mounting (sim.camera)."""
     if not rig or "cameras" not in obs_space.spaces:
         return None
-    from sim.camera import make_rig
-
     C, H, W, _ = obs_space["cameras"].shape
     try:
         r = make_rig(rig["name"], int(rig["width"]), int(rig["height"]))
@@ -431,10 +430,7 @@ def _copy_package(src: PolicySource, tmp: Path, check_samples: int, seed: int) -
 def _write_package(
     src: PolicySource, tmp: Path, opset: int, check_samples: int, tolerance: float, seed: int, t0: float
 ) -> dict:
-    from safetensors.torch import save as save_tensors
-
-    from envs.config import EnvConfig
-    from policy.network import ExportPolicy
+    from safetensors.torch import save as save_tensors  # the export extra, as onnx and onnxruntime
 
     net = src.build_policy()
     wrapper = ExportPolicy(net).eval()
@@ -450,9 +446,6 @@ def _write_package(
     _export_pt2(wrapper, names, example, tmp / PT2_FILE)
     pt2_s = time.perf_counter() - t
 
-    from policy.network import PolicyConfig
-    from sim.configs import from_dict as config_from_dict
-
     pcfg = to_dict(config_from_dict(PolicyConfig, dict(src.policy_config)))
     try:
         env_resolved = EnvConfig.from_dict(src.env_config).to_dict()
@@ -463,6 +456,7 @@ def _write_package(
         format=FORMAT,
         format_version=FORMAT_VERSION,
         exported_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        observation_mode=src.observation_mode,
         inputs=space_to_json(src.obs_space, describe=True),
         batch=dict(dim=0, dynamic=True, note="every input and output has a leading batch dimension B >= 1"),
         outputs=_outputs_json(src.action_spec),

@@ -24,6 +24,11 @@ Usage::
     pol = load_exported("exports/myrun-3")            # backend="onnxruntime" (or "torch")
     actions = pol.act(obs)                            # obs: dict of numpy [B, ...] -> int64 [B, 2]
     lat_m, long_m = pol.decode(actions)               # metres, ego frame, 0.5 s ahead
+    pol.observation_mode                              # "camera" (a car's view) or "privileged"
+    pol.check_env(env)                                # refuses a SplatDrive env of the other mode
+
+``policy.json``'s ``observation_mode`` says what the policy was trained to observe: "camera" (images,
+the ego's own status, navigation from the map) or "privileged" (ground-truth state: a teacher).
 
 This module imports only the standard library and numpy; onnxruntime or torch load on first use.
 Nothing is unpickled: policy.onnx is protobuf, and policy.pt2 is refused unless every tensor in it
@@ -299,6 +304,34 @@ class ExportedPolicy:
 
     def __repr__(self) -> str:
         return f"ExportedPolicy({str(self.path)!r}, backend={self.backend!r}, inputs={list(self.input_names)})"
+
+    @property
+    def observation_mode(self) -> str:
+        """ "camera" or "privileged": policy.json's ``observation_mode`` (packages from before it: read
+        from the inputs, which then held privileged parts)."""
+        mode = self.spec.get("observation_mode") or (self.spec.get("env_config") or {}).get("observation")
+        if mode:
+            return str(mode)
+        shapes = {e["name"]: list(e.get("shape", [])) for e in self.inputs}
+        camera_parts = set(shapes) <= {"cameras", "ego", "navigation", "command"}
+        return "camera" if camera_parts and shapes.get("ego", [4]) == [4] else "privileged"
+
+    def check_mode(self, mode: str, what: str = "the env") -> None:
+        """Raise ExportError unless ``mode`` (an env's observation mode) is the package's."""
+        if mode != self.observation_mode:
+            raise ExportError(
+                f"exported policy {self.path} was trained with observation={self.observation_mode!r}, {what} "
+                f"observes {mode!r}: build the env with observation={self.observation_mode!r}"
+            )
+
+    def check_env(self, env: Any) -> None:
+        """Raise ExportError unless a SplatDrive env (anything with ``config.observation``, or wrapping one)
+        observes in the package's mode."""
+        cfg = getattr(getattr(env, "unwrapped", env), "config", None)
+        mode = getattr(cfg, "observation", None)
+        if mode is None:
+            raise ExportError(f"check_env: {env!r} has no config.observation (not a SplatDrive env?)")
+        self.check_mode(str(mode), f"the env {type(env).__name__}")
 
     def check(self, obs: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], int]:
         """(arrays in spec order, batch size); raises ObservationMismatch."""

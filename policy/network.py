@@ -3,7 +3,9 @@
 Layout (B = batch):
 
     cameras [B, C, H, W, 3] uint8 -> shared strided CNN per camera + learned camera embedding -> [B, E]
-    ego     [B, 7]                -> running-norm -> MLP                                    -> [B, E]
+    ego     [B, 4] or [B, 7]      -> running-norm -> MLP                                    -> [B, E]
+    navigation [B, N, 2]          -> running-norm -> flatten -> MLP                          -> [B, E]
+    command [B, 3] (one-hot)      -> MLP                                                    -> [B, E]
     route   [B, K, 2]             -> running-norm -> flatten -> MLP                          -> [B, E]
     agents  [B, M, 8] (+ mask)    -> running-norm -> per-token MLP -> masked pool            -> [B, E]
     map     [B, P, 4] (+ mask)    -> running-norm -> per-token MLP -> masked pool            -> [B, E]
@@ -13,6 +15,11 @@ Layout (B = batch):
     h -> values [B, 2] (lateral part, longitudinal part)
 
 Every [B, 2] tensor is in the env's action order: column 0 lateral, column 1 longitudinal.
+Camera mode (``envs.observation``) gives cameras, ego [4], navigation and command; privileged mode
+cameras, ego [7], route, agents and map; the network takes any subset of the parts.
+
+The camera encoder is what stage perception (``learner.perception``) trains to see agents and the map;
+``freeze_cameras`` keeps it as it is while stages il and rl train the rest (the planner).
 
 The joint policy factorises as pi(lat, long | s) = pi_long(long | s) * pi_lat(lat | long, s), so the
 feasibility mask (a function of the longitudinal bin) is applied exactly. Masked logits are set to
@@ -52,7 +59,9 @@ from scenarios.actions import ActionSpec
 from sim.configs import field
 
 MASK_VALUE = -1e9
-OBS_PARTS = ("cameras", "ego", "route", "agents", "map")
+OBS_PARTS = ("cameras", "ego", "navigation", "command", "route", "agents", "map")
+VECTOR_PARTS = ("ego", "navigation", "route")  # running-normalised, flattened, MLP
+RAW_PARTS = ("command",)  # one-hot: MLP without normalisation
 MASK_KEYS = {"agents": "agents_mask", "map": "map_mask"}
 TOKEN_PARTS = ("agents", "map")
 
@@ -300,10 +309,14 @@ class ActorCritic(nn.Module):
             (n,) = _check_box(spaces["ego"], "ego", 1)
             self.norms["ego"] = RunningNorm((n,), cfg.obs_clip, cfg.norm_eps)
             self.encoders["ego"] = mlp(n, E)
-        if "route" in spaces:
-            K, two = _check_box(spaces["route"], "route", 2)
-            self.norms["route"] = RunningNorm((K, two), cfg.obs_clip, cfg.norm_eps)
-            self.encoders["route"] = mlp(K * two, E)
+        for key in ("navigation", "route"):
+            if key in spaces:
+                K, two = _check_box(spaces[key], key, 2)
+                self.norms[key] = RunningNorm((K, two), cfg.obs_clip, cfg.norm_eps)
+                self.encoders[key] = mlp(K * two, E)
+        if "command" in spaces:
+            (n,) = _check_box(spaces["command"], "command", 1)
+            self.encoders["command"] = mlp(n, E)
         for key in TOKEN_PARTS:
             if key in spaces:
                 _, n_feat = _check_box(spaces[key], key, 2)
@@ -347,11 +360,24 @@ class ActorCritic(nn.Module):
             x = self._get(obs, key)
             if key == "cameras":
                 feats.append(self.encoders[key](x))
+            elif key in RAW_PARTS:
+                feats.append(self.encoders[key](x.float()))
             elif key in TOKEN_PARTS:
                 feats.append(self.encoders[key](self.norms[key](x.float()), self._mask(obs, key, x)))
             else:
                 feats.append(self.encoders[key](self.norms[key](x.float()).flatten(1)))
         return self.trunk(torch.cat(feats, dim=-1))
+
+    def freeze_cameras(self) -> int:
+        """Keep the camera encoder (the perception stage's image encoder) as it is: its parameters get no
+        gradient, so the optimizer leaves them alone. Returns how many parameters were frozen (0 without
+        cameras)."""
+        if "cameras" not in self.encoders:
+            return 0
+        params = list(self.encoders["cameras"].parameters())
+        for p in params:
+            p.requires_grad_(False)
+        return sum(p.numel() for p in params)
 
     @torch.no_grad()
     def update_obs_stats(self, obs: dict[str, torch.Tensor]) -> None:
@@ -467,14 +493,22 @@ class ExportPolicy(nn.Module):
 
 
 # ---- benchmark: python -m policy.network --bench ---------------------------------------------------
+PRIVILEGED_PARTS = ("cameras", "ego", "route", "agents", "map")
+CAMERA_PARTS = ("cameras", "ego", "navigation", "command")
+
+
 def example_observation_space(
-    n_cams: int = 3, height: int = 64, width: int = 128, parts: tuple[str, ...] = OBS_PARTS
+    n_cams: int = 3, height: int = 64, width: int = 128, parts: tuple[str, ...] = PRIVILEGED_PARTS
 ) -> gym.spaces.Dict:
-    """The env spec's observation space (front3 cameras by default), for benchmarks and examples."""
+    """The env's observation space with its default sizes (front3 cameras by default), for benchmarks and
+    examples: privileged mode's parts by default, ``parts=CAMERA_PARTS`` for camera mode (ego [4])."""
     f32 = np.float32
+    camera_mode = "navigation" in parts or "command" in parts
     all_spaces: dict[str, gym.spaces.Space] = {
         "cameras": gym.spaces.Box(0, 255, (n_cams, height, width, 3), np.uint8),
-        "ego": gym.spaces.Box(-np.inf, np.inf, (7,), f32),
+        "ego": gym.spaces.Box(-np.inf, np.inf, (4 if camera_mode else 7,), f32),
+        "navigation": gym.spaces.Box(-np.inf, np.inf, (5, 2), f32),
+        "command": gym.spaces.Box(0, 1, (3,), f32),
         "route": gym.spaces.Box(-np.inf, np.inf, (10, 2), f32),
         "agents": gym.spaces.Box(-np.inf, np.inf, (8, 8), f32),
         "agents_mask": gym.spaces.Box(0, 1, (8,), f32),
@@ -492,6 +526,8 @@ def random_obs(space: gym.spaces.Dict, batch: int, generator: torch.Generator | 
         shape = (batch, *(s.shape or ()))
         if s.dtype == np.uint8:
             obs[key] = torch.randint(0, 256, shape, dtype=torch.uint8, generator=generator)
+        elif key == "command":  # one-hot
+            obs[key] = F.one_hot(torch.randint(0, shape[-1], shape[:-1], generator=generator), shape[-1]).float()
         elif key.endswith("_mask"):
             obs[key] = (torch.rand(shape, generator=generator) > 0.5).float()
         else:
@@ -499,9 +535,9 @@ def random_obs(space: gym.spaces.Dict, batch: int, generator: torch.Generator | 
     return obs
 
 
-def _bench(batches: tuple[int, ...], repeats: int) -> dict:
+def _bench(batches: tuple[int, ...], repeats: int, parts: tuple[str, ...] = CAMERA_PARTS) -> dict:
     torch.manual_seed(0)
-    space = example_observation_space()
+    space = example_observation_space(parts=parts)
     net = ActorCritic(space, ActionSpec(), PolicyConfig())
     out = {
         "config": asdict(PolicyConfig()),

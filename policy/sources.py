@@ -52,8 +52,16 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from envs.config import EnvConfig
-from envs.observation import AGENT_FEATURES, EGO_FEATURES, MAP_FEATURES, observation_space
+from envs.config import OBSERVATION_MODES, EnvConfig
+from envs.observation import (
+    AGENT_FEATURES,
+    CAMERA_EGO_FEATURES,
+    COMMANDS,
+    EGO_FEATURES,
+    MAP_FEATURES,
+    observation_mode,
+    observation_space,
+)
 from policy.exported import (
     FORMAT as EXPORT_FORMAT,
 )
@@ -101,10 +109,23 @@ OBS_DOCS: dict[str, dict[str, str]] = {
         frame="image rows top to bottom, columns left to right; layout [C, H, W, 3] (channels last)",
     ),
     "ego": dict(
-        meaning="the ego's state: speed, yaw rate, acceleration, front-wheel steering angle, the anchor "
-        "applied at the last step (lateral, longitudinal), fraction of the episode elapsed",
-        units="m/s, rad/s, m/s^2, rad, m, m, 1 (in the order of 'features')",
+        meaning="the ego's state: speed, yaw rate, acceleration, front-wheel steering angle; in privileged "
+        "mode also the anchor applied at the last step (lateral, longitudinal) and the fraction of the "
+        "episode elapsed (see 'features')",
+        units="m/s, rad/s, m/s^2, rad (privileged mode: then m, m, 1), in the order of 'features'",
         frame="ego frame: x forward, y left (rear axle, z up); yaw rate positive to the left",
+    ),
+    "navigation": dict(
+        meaning="camera mode: points evenly spaced ahead along the centre lines of the route's lanes (from "
+        "the map, not the expert's drive), from the ego's place on the route",
+        units="m",
+        frame="ego frame: x forward, y left",
+    ),
+    "command": dict(
+        meaning="camera mode: the route command, one-hot (see 'features'): the route's heading change over "
+        "the next 40 m beyond +-15 degrees is a turn",
+        units="1",
+        frame="-",
     ),
     "route": dict(
         meaning="waypoints along the expert (route) path ahead of the ego, evenly spaced along the path",
@@ -127,8 +148,18 @@ OBS_DOCS: dict[str, dict[str, str]] = {
 }
 
 
-def _features() -> dict[str, list[str]]:
-    return {"ego": list(EGO_FEATURES), "route": ["x", "y"], "agents": list(AGENT_FEATURES), "map": list(MAP_FEATURES)}
+def _features(space: gym.spaces.Dict | None = None) -> dict[str, list[str]]:
+    ego: tuple[str, ...] = EGO_FEATURES
+    if space is not None and "ego" in space.spaces and tuple(space["ego"].shape or ()) == (len(CAMERA_EGO_FEATURES),):
+        ego = CAMERA_EGO_FEATURES
+    return {
+        "ego": list(ego),
+        "navigation": ["x", "y"],
+        "command": list(COMMANDS),
+        "route": ["x", "y"],
+        "agents": list(AGENT_FEATURES),
+        "map": list(MAP_FEATURES),
+    }
 
 
 def _bound(a: np.ndarray) -> float | list | None:
@@ -147,7 +178,7 @@ def space_to_json(space: gym.spaces.Dict, describe: bool = False) -> list[dict]:
     """
     if not isinstance(space, gym.spaces.Dict):
         raise TypeError(f"space_to_json: expected gymnasium.spaces.Dict, got {type(space).__name__}")
-    feats = _features() if describe else {}
+    feats = _features(space) if describe else {}
     out = []
     for name, s in space.spaces.items():
         if not isinstance(s, gym.spaces.Box):
@@ -193,12 +224,14 @@ def space_from_json(entries: Any, where: str) -> gym.spaces.Dict:
     return gym.spaces.Dict(parts)
 
 
-def spaces_json(observation_space: gym.spaces.Dict, action_spec=None, rig=None) -> dict:
-    """The content of a checkpoint's ``obs_space.json``: observation parts, action bins, camera rig.
+def spaces_json(observation_space: gym.spaces.Dict, action_spec=None, rig=None, mode: str | None = None) -> dict:
+    """The content of a checkpoint's ``obs_space.json``: observation parts, action bins, camera rig, and
+    the observation mode (``EnvConfig.observation``; read from the parts when not given).
 
     rig: (name, width, height), or an object with ``name``, ``width``, ``height`` (``sim.CameraRig``).
     """
     out: dict[str, Any] = dict(format=SPACES_FORMAT, observation=space_to_json(observation_space))
+    out["observation_mode"] = mode or observation_mode(observation_space)
     if action_spec is not None:
         out["action"] = {k: getattr(action_spec, k) for k in ACTION_KEYS}
     if rig is not None:
@@ -319,6 +352,8 @@ class PolicySource:
     weights: the ActorCritic's state_dict (parameters and observation-normalisation buffers).
     env_config: the EnvConfig overrides it was trained with (config.json's ``env``): build the env
         with them (plus any scenario or render_backend choice) to get the observations it expects.
+        Its ``observation`` (the mode) is always there: recorded, else read from the observation
+        space (checkpoints and packages from before the modes: privileged).
     policy_config: the PolicyConfig overrides (config.json's ``policy``; for packages the full resolved config).
     obs_space: the observation space (a gymnasium Dict) the network was built for.
     action_spec: the env's ``envs.actions.ActionSpec`` (bins, feasibility mask).
@@ -342,6 +377,20 @@ class PolicySource:
     policy_json: dict | None = None
     path: Path | None = None
     rig: dict | None = None
+
+    @property
+    def observation_mode(self) -> str:
+        """ "camera" or "privileged": what the policy was trained to observe (``EnvConfig.observation``)."""
+        return str(self.env_config.get("observation", observation_mode(self.obs_space)))
+
+    def check_observation_mode(self, mode: str, what: str = "the env") -> None:
+        """Raise PolicySourceError unless ``mode`` (an env's ``EnvConfig.observation``) is this policy's."""
+        if mode != self.observation_mode:
+            raise PolicySourceError(
+                f"policy {self.provenance.get('spec')!r} was trained with observation={self.observation_mode!r}, "
+                f"{what} observes {mode!r}: set env.observation={self.observation_mode} (a policy drives only from "
+                "the observation mode it was trained with)"
+            )
 
     @property
     def inputs(self) -> list[dict]:
@@ -478,6 +527,18 @@ def _resolve_checkpoint(s: SourceSpec) -> PolicySource:
     for key, v in (("env", env_over), ("policy", pol_over)):
         if not isinstance(v, dict):
             raise PolicySourceError(f"{where}: config.json field '{key}' must be an object, got {type(v).__name__}")
+    sp = _json_file(ck.files, SPACES_FILE, where) if SPACES_FILE in ck.files else None
+    if sp is not None and (not isinstance(sp, dict) or sp.get("format") != SPACES_FORMAT):
+        got = sp.get("format") if isinstance(sp, dict) else type(sp).__name__
+        raise PolicySourceError(f"{where}: {SPACES_FILE} has format {got!r}, expected {SPACES_FORMAT}")
+    obs_space = space_from_json(sp.get("observation"), f"{where}: {SPACES_FILE} 'observation'") if sp else None
+    # the observation mode: recorded in the env config, else in obs_space.json, else read from the parts;
+    # a checkpoint with neither is from before the modes, when every policy was privileged
+    mode = env_over.get("observation") or (sp or {}).get("observation_mode")
+    mode = mode or (observation_mode(obs_space) if obs_space is not None else "privileged")
+    if mode not in OBSERVATION_MODES:
+        raise PolicySourceError(f"{where}: observation mode {mode!r}, expected one of {', '.join(OBSERVATION_MODES)}")
+    env_over = {**env_over, "observation": mode}
     try:
         env_cfg = EnvConfig.from_dict(env_over)
     except ValueError as e:
@@ -487,11 +548,7 @@ def _resolve_checkpoint(s: SourceSpec) -> PolicySource:
     except ConfigError as e:
         raise PolicySourceError(f"{where}: config.json field 'policy': {e}") from None
 
-    if SPACES_FILE in ck.files:
-        sp = _json_file(ck.files, SPACES_FILE, where)
-        if not isinstance(sp, dict) or sp.get("format") != SPACES_FORMAT:
-            raise PolicySourceError(f"{where}: {SPACES_FILE} has format {sp.get('format')!r}, expected {SPACES_FORMAT}")
-        obs_space = space_from_json(sp.get("observation"), f"{where}: {SPACES_FILE} 'observation'")
+    if sp is not None and obs_space is not None:
         action_spec = _action_spec(sp.get("action"), f"{where}: {SPACES_FILE} 'action'", env_cfg.action_spec)
         rig = sp.get("rig") or _guess_rig(obs_space, env_cfg, config)
     else:
@@ -656,7 +713,11 @@ def _resolve_exported(s: SourceSpec) -> PolicySource:
     if spec.get("format") != EXPORT_FORMAT or spec.get("format_version") != EXPORT_FORMAT_VERSION:
         raise PolicySourceError(f"{where}: {POLICY_JSON} is not a {EXPORT_FORMAT} v{EXPORT_FORMAT_VERSION} package")
     obs_space = space_from_json(spec.get("inputs"), f"{where}: {POLICY_JSON} 'inputs'")
-    env_over = spec.get("env_config") or {}
+    env_over = dict(spec.get("env_config") or {})
+    mode = env_over.get("observation") or spec.get("observation_mode") or observation_mode(obs_space)
+    if mode not in OBSERVATION_MODES:
+        raise PolicySourceError(f"{where}: observation mode {mode!r}, expected one of {', '.join(OBSERVATION_MODES)}")
+    env_over["observation"] = mode
     try:
         default = EnvConfig.from_dict(env_over).action_spec
     except ValueError as e:

@@ -37,7 +37,7 @@ def test_check_env_with_parts_switched_off(plain):
 
 
 def test_spaces(plain):
-    env = DrivingEnv(scenarios=[plain])  # the scenario's rig: front3 at 32x16
+    env = DrivingEnv({"observation": "privileged"}, scenarios=[plain])  # the scenario's rig: front3 at 32x16
     obs_space = env.observation_space.spaces
     assert obs_space["cameras"].shape == (3, 16, 32, 3) and obs_space["cameras"].dtype == np.uint8
     assert obs_space["ego"].shape == (7,) and obs_space["route"].shape == (10, 2)
@@ -45,7 +45,9 @@ def test_spaces(plain):
     assert obs_space["map"].shape == (64, 4) and obs_space["map_mask"].shape == (64,)
     assert env.action_space == gym.spaces.MultiDiscrete([61, 61])
     assert env.action_mask.shape == (61, 61) and not env.action_mask.flags.writeable
-    env = DrivingEnv({"rig": "surround6", "resolution": (48, 24), "max_agents": 4}, scenarios=[plain])
+    env = DrivingEnv(
+        {"observation": "privileged", "rig": "surround6", "resolution": (48, 24), "max_agents": 4}, scenarios=[plain]
+    )
     assert env.observation_space["cameras"].shape == (6, 24, 48, 3)
     assert env.observation_space["agents"].shape == (4, 8)
     env = DrivingEnv({**FAST, "n_lat": 31, "n_long": 41}, scenarios=[plain])
@@ -53,7 +55,7 @@ def test_spaces(plain):
 
 
 def test_observation_by_hand(lead):
-    env = DrivingEnv(FAST, scenarios=[lead])
+    env = DrivingEnv({**FAST, "observation": "privileged"}, scenarios=[lead])
     obs, info = env.reset(seed=0)
     np.testing.assert_allclose(obs["ego"], [10.0, 0, 0, 0, 0, 5.0, 0.0])
     np.testing.assert_allclose(obs["route"], np.stack([5.0 * np.arange(1, 11), np.zeros(10)], 1), atol=1e-5)
@@ -139,7 +141,7 @@ def test_config_rejects_unknown_keys(plain):
 
 
 def test_horizon_override(plain):
-    env = DrivingEnv({**FAST, "horizon": 5}, scenarios=[plain])
+    env = DrivingEnv({**FAST, "horizon": 5, "observation": "privileged"}, scenarios=[plain])  # ego[6]: elapsed
     env.reset(seed=0)
     for _k in range(5):
         obs, _r, te, tr, _info = env.step([30, 20])

@@ -99,7 +99,7 @@ def test_cameras_off_means_no_render(plain, monkeypatch):
 
 
 def test_truncation_bootstraps_from_final_obs(plain):
-    venv = VectorDrivingEnv([plain], 2, FAST)
+    venv = VectorDrivingEnv([plain], 2, {**FAST, "observation": "privileged"})  # ego[6]: the elapsed fraction
     venv.reset(seed=0)
     for _k in range(30):
         obs, _r, term, trunc, infos = venv.step(np.tile([30, 20], (2, 1)))

@@ -153,7 +153,9 @@ def test_package_layout_and_policy_json(package, ckpt, recorded):
     # versions, configs, provenance
     v = pj["versions"]
     assert v["torch"] == torch.__version__ and v["onnx_opset"] == pj["onnx"]["opset"] == 17 and v["onnx"]
-    assert pj["policy_config"]["embed_dim"] == 32 and pj["env_config"] == ENV
+    # the mode is recorded (the env config's own, filled in when the training config left it to the default)
+    assert pj["observation_mode"] == "camera" and load_exported(package).observation_mode == "camera"
+    assert pj["policy_config"]["embed_dim"] == 32 and pj["env_config"] == {**ENV, "observation": "camera"}
     assert pj["env_config_resolved"]["resolution"] == [32, 16]
     src = pj["source"]
     manifest = store / RUN / "ckpt-00000001" / "MANIFEST.json"
@@ -269,7 +271,9 @@ def test_every_checkpoint_form_resolves_to_the_same_policy(ckpt):
     assert len(shas) == 1 and all(s.kind == "checkpoint" and s.provenance["version"] == 1 for s in sources)
     for s in sources:
         assert all(torch.equal(s.weights[k], v) for k, v in net.state_dict().items())
-        assert s.env_config == ENV and s.policy_config == POLICY and s.rig["name"] == "front3"
+        assert (
+            s.env_config == {**ENV, "observation": "camera"} and s.policy_config == POLICY and s.rig["name"] == "front3"
+        )
     with pytest.raises(PolicySourceError, match="eager"):
         sources[0].make_actor("onnxruntime")
 
@@ -278,13 +282,27 @@ def test_observation_space_rebuilt_from_config_without_obs_space_json(tmp_path, 
     """Older checkpoints: the space comes from config.json's env (rig from the suite's first scenario)."""
     space, spec, _ = recorded
     net = ckpt[1]
-    config = {"run": "old", "store": str(tmp_path), "suite": str(suite), "env": dict(ENV), "policy": dict(POLICY)}
+    env = {**ENV, "observation": "camera"}
+    config = {"run": "old", "store": str(tmp_path), "suite": str(suite), "env": env, "policy": dict(POLICY)}
     _commit(tmp_path, net, config)
     src = resolve_policy_source(f"{tmp_path}/old@1")
     assert space_to_json(src.obs_space) == space_to_json(space) and src.action_spec == spec
+    assert src.observation_mode == "camera"
+    # from before the observation modes (no mode in the env config, no obs_space.json): privileged
+    from envs.driving import DrivingEnv
+
+    penv = DrivingEnv({**ENV, "observation": "privileged", "render_backend": "cpu"}, scenarios=str(suite))
+    pspace = penv.observation_space
+    penv.close()
+    pnet = _trained_like(pspace, spec, _random(pspace, 4, 0))
+    _commit(tmp_path, pnet, {**config, "run": "legacy", "env": dict(ENV)})
+    legacy = resolve_policy_source(f"{tmp_path}/legacy")
+    assert legacy.observation_mode == "privileged" and legacy.env_config["observation"] == "privileged"
+    assert space_to_json(legacy.obs_space) == space_to_json(pspace)
+
     assert src.rig == {"name": "front3", "width": 32, "height": 16}
     # rig and resolution in the env config: no scenario needed
-    gone = {**config, "run": "pinned", "suite": str(tmp_path / "gone"), "env": {**ENV, "rig": "front3"}}
+    gone = {**config, "run": "pinned", "suite": str(tmp_path / "gone"), "env": {**env, "rig": "front3"}}
     _commit(tmp_path, net, gone)
     assert space_to_json(resolve_policy_source(f"{tmp_path}/pinned").obs_space) == space_to_json(space)
     # left to a suite that is not there: a clear error
@@ -295,7 +313,7 @@ def test_observation_space_rebuilt_from_config_without_obs_space_json(tmp_path, 
     _commit(tmp_path, net, {**config, "run": "norig"}, observation_space=space, action_spec=spec)
     assert resolve_policy_source(f"{tmp_path}/norig").rig == {"name": "front3", "width": 32, "height": 16}
     # weights that do not fit the space of the config (another camera resolution): refused, named
-    _commit(tmp_path, net, {**config, "run": "wrong", "env": {"resolution": [64, 32]}})
+    _commit(tmp_path, net, {**config, "run": "wrong", "env": {"resolution": [64, 32], "observation": "camera"}})
     with pytest.raises(PolicySourceError, match=r"policy.safetensors: the weights do not fit"):
         resolve_policy_source(f"{tmp_path}/wrong")
 
@@ -384,8 +402,8 @@ def test_observations_that_do_not_match_the_spec_are_refused(package, recorded):
         ({k: v for k, v in obs.items() if k != "ego"}, r"missing \['ego'\]"),
         ({**obs, "lidar": obs["ego"]}, r"unexpected \['lidar'\]"),
         ({**obs, "cameras": obs["cameras"].astype(np.float32)}, r"'cameras' has dtype float32, expected uint8"),
-        ({**obs, "ego": obs["ego"][:, :5]}, r"'ego' has shape \(6, 5\), expected \[B, 7\]"),
-        ({**obs, "route": obs["route"][:3]}, r"'route' has batch size 3, 'agents' has 6"),
+        ({**obs, "ego": obs["ego"][:, :3]}, r"'ego' has shape \(6, 3\), expected \[B, 4\]"),
+        ({**obs, "navigation": obs["navigation"][:3]}, r"'navigation' has batch size 3, 'cameras' has 6"),
         (
             {**obs, "cameras": obs["cameras"][:, :, :8]},
             r"'cameras' has shape \(6, 3, 8, 32, 3\), expected \[B, 3, 16, 32, 3\]",
@@ -439,3 +457,31 @@ def test_cli_help_and_usage(capsys):
     with pytest.raises(SystemExit) as e:
         main(["--policy", "x", "--out", "y", "nosuchkey=1"])
     assert e.value.code == 2
+
+
+def test_a_policy_refuses_an_env_of_the_other_observation_mode(package, ckpt, suite):
+    """The package and the checkpoint record their mode (camera); an env or an evaluation in privileged
+    mode is refused with what to set, before anything runs."""
+    from envs.driving import DrivingEnv
+    from evaluation.evaluate import PolicyError, resolve_policies
+
+    store, _, _ = ckpt
+    pol = load_exported(package)
+    priv = DrivingEnv({**ENV, "observation": "privileged", "render_backend": "cpu"}, scenarios=str(suite))
+    cam = DrivingEnv({**ENV, "render_backend": "cpu"}, scenarios=str(suite))
+    pol.check_env(cam)  # the same mode: fine
+    with pytest.raises(
+        ExportError, match=r"trained with observation='camera', the env DrivingEnv observes 'privileged'"
+    ):
+        pol.check_env(priv)
+    for src in (resolve_policy_source(package), resolve_policy_source(f"{store}/{RUN}")):
+        assert src.observation_mode == "camera"
+        src.check_observation_mode("camera")
+        with pytest.raises(PolicySourceError, match=r"observation='camera'.*set env.observation=camera"):
+            src.check_observation_mode("privileged")
+    scenarios = priv.pool.scenarios
+    with pytest.raises(PolicyError, match=r"trained with observation='camera', the suite's env observes 'privileged'"):
+        resolve_policies([str(package)], scenarios, {"observation": "privileged"})
+    # baselines read ground truth: the evaluation gives them the privileged observation explicitly
+    (base,) = resolve_policies(["lane-follow"], scenarios, {})
+    assert base.env["observation"] == "privileged" and base.env["map"] and not base.env["cameras"]

@@ -16,7 +16,8 @@ from scenarios import save
 from tests.envs.handmade import straight_scenario
 from tests.killing import KillWhileSampling
 
-ENV = {"resolution": (32, 16), "render_backend": "cpu"}
+# privileged: what these fragment checks were written against (the random policy's events and truncations)
+ENV = {"resolution": (32, 16), "render_backend": "cpu", "observation": "privileged"}
 POLICY = {"embed_dim": 32, "hidden_dim": 64}
 
 
