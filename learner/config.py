@@ -93,6 +93,41 @@ class EvalConfig:
 
 
 @dataclass(frozen=True)
+class PerceptionConfig:
+    """Stage perception (RAD's stage 1, ``learner.perception``): the camera encoder and BEV heads learn
+    to see the agents and the map from the images, labelled by the digital twin's ground truth."""
+
+    epochs: int = field(20, help="passes over the training frames (an epoch of 420 frames: ~1 s on a core)")
+    batch_size: int = field(32, help="frames per minibatch")
+    lr: float = field(1e-3, help="Adam learning rate")
+    every: int = field(8, help="a training frame every N steps of each training clip's expert drive")
+    val_every: int = field(16, help="a metrics frame every N steps of each eval.suite clip")
+    jitter_m: float = field(1.0, help="frames from the expert's pose moved sideways by up to this (m)")
+    jitter_deg: float = field(10.0, help="... and turned by up to this (degrees)")
+    seed: int = field(0, help="seed of the frames' pose jitter (not the run's: seeds share one frame cache)")
+    cells: int = field(32, help="BEV grid side in cells (a multiple of 4)")
+    range_m: float = field(40.0, help="BEV grid side in metres")
+    behind_m: float = field(4.0, help="the grid starts this far behind the rear axle (m)")
+    velocity_weight: float = field(0.5, help="weight of the velocity L1 loss (m/s) beside the BCE losses")
+    cache_mb: float = field(512.0, help="size cap of each frame cache (train, val) in MB: fewer frames beyond it")
+    shard_frames: int = field(128, help="frames per cache shard (.npz, sha256-checked)")
+    freeze: bool = field(True, help="stages il and rl keep the image encoder that stage perception trained frozen")
+
+    def __post_init__(self):
+        for name in ("epochs", "batch_size", "every", "val_every", "cells", "shard_frames"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"perception.{name}: expected >= 1, got {getattr(self, name)}")
+        if self.cells % 4:
+            raise ValueError(f"perception.cells: expected a multiple of 4, got {self.cells}")
+        for name in ("lr", "range_m", "cache_mb"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"perception.{name}: expected > 0, got {getattr(self, name)}")
+        for name in ("jitter_m", "jitter_deg", "behind_m", "velocity_weight"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"perception.{name}: expected >= 0, got {getattr(self, name)}")
+
+
+@dataclass(frozen=True)
 class StoreConfig:
     """The checkpoint store: where checkpoints go, how often, how many stay. ``store=URI`` (and
     ``--store URI``) is ``store.uri=URI``."""
@@ -122,10 +157,20 @@ class TrackingConfig:
     mlflow: bool = field(False, help="log to MLflow too (also on when MLFLOW_TRACKING_URI is set)")
 
 
+STAGES = ("perception", "il", "rl")  # RAD's three, in their order
+STAGE_CHOICES = ("perception+il+rl", "perception+il", "perception", "il+rl", "il", "rl")
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     run: str = field("", help="run name (default: a new timestamped name); rerunning a name resumes it")
-    stage: str = field("il+rl", help="'il' (planning pre-training), 'rl' (PPO+IL from an IL checkpoint), 'il+rl'")
+    stage: str = field(
+        "perception+il+rl",
+        help="RAD's stages, one run: 'perception' (the camera encoder and BEV heads learn agents and the map from "
+        "the images, labelled by the twin's ground truth; learner.perception), 'il' (planning pre-training: the "
+        "planner imitates the expert, the perception encoder frozen), 'rl' (PPO+IL, perception frozen; alone it "
+        "starts from init_from); joined in order: perception+il+rl, perception+il, il+rl",
+    )
     init_from: str = field("", help="stage rl: IL checkpoint to start from (a run name in the store, or run@version)")
     suite: str = field("train", help="training scenarios: a built-in suite (train, val, test), a folder or a file")
     seed: int = field(0, help="seed of everything")
@@ -143,13 +188,16 @@ class TrainConfig:
     ppo: PPOConfig = field(PPOConfig(), help="PPO")
     il: ILConfig = field(ILConfig(), help="imitation")
     eval: EvalConfig = field(EvalConfig(), help="periodic evaluation")
+    perception: PerceptionConfig = field(PerceptionConfig(), help="stage perception (RAD's stage 1)")
     store: StoreConfig = field(StoreConfig(), help="the checkpoint store")
     tracking: TrackingConfig = field(TrackingConfig(), help="logs, TensorBoard, MLflow")
 
     def __post_init__(self):
         coerce_fields(self, "TrainConfig")  # sections given as mappings (TrainConfig(env={...})) become typed
-        if self.stage not in ("il", "rl", "il+rl"):
-            raise ValueError(f"stage must be 'il', 'rl' or 'il+rl', got {self.stage!r}")
+        if self.stage not in STAGE_CHOICES:
+            raise ValueError(f"stage must be one of {', '.join(STAGE_CHOICES)}, got {self.stage!r}")
+        if "perception" in self.stages and not self.env.cameras:
+            raise ValueError(f"stage={self.stage}: stage perception learns from the cameras, but env.cameras=false")
         if self.iterations < 0:
             raise ValueError(f"iterations: expected >= 0, got {self.iterations}")
         check_resources("learner_resources", self.learner_resources)
@@ -157,3 +205,8 @@ class TrainConfig:
             raise ValueError(f"seed must be an int in [0, 2**31), got {self.seed}")
         if self.run:
             check_name("run", self.run)  # one path segment: out/<run> and the store's <run>/ stay inside
+
+    @property
+    def stages(self) -> tuple[str, ...]:
+        """The stages this run goes through, in order (``stage`` split at '+')."""
+        return tuple(self.stage.split("+"))

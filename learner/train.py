@@ -1,9 +1,18 @@
 """``python -m learner.train``: the training driver, and the Ray job entrypoint.
 
-    python -m learner.train                                    # the embedded default: IL, then PPO+IL
+    python -m learner.train                                    # the default: perception, IL, PPO+IL
     python -m learner.train --run my-run rollout.num_actors=4 iterations=200
+    python -m learner.train stage=il+rl env.observation=privileged env.cameras=false   # a state teacher
     python -m learner.train --config run.yaml --store s3://bucket/runs
     ray job submit --working-dir . -- python -m learner.train --store s3://bucket/runs --run r1
+
+RAD's three stages, ``stage=perception+il+rl`` (the default) in one run, each checkpointed through
+the store and never redone on a resume: **perception** (``learner.perception``) trains the camera
+encoder and BEV heads to see the agents and the map from frames rendered once into a checksummed
+cache, labelled by the digital twin's ground truth; **il** trains the planner to imitate the expert
+on demonstrations, the perception encoder frozen (``perception.freeze``); **rl** is PPO + IL, the
+encoder still frozen. The policy observes ``env.observation=camera`` (images, its own motion,
+navigation from the map) unless ``env.observation=privileged`` (ground truth: a teacher).
 
 One iteration: policy weights to the rollout actors (one ``ray.put``), fixed-length fragments back
 (``ray.wait``), GAE per reward part, PPO epochs on the learner(s); IL rounds on demonstrations
@@ -17,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import logging
 import os
 import random
@@ -38,6 +48,7 @@ from learner import checkpoint as ckpt_io
 from learner.config import TrainConfig
 from learner.group import LearnerGroup
 from learner.learner import LearnerSettings, NonFiniteLoss
+from learner.perception import lease_owner, metrics_table, perception_run_name, run_stage, with_encoder
 from learner.tracking import Tracker
 from rollout.cluster import actor_render_report, connect
 from rollout.fragment import stack_time
@@ -60,6 +71,7 @@ class TrainResult:
     store_uri: str
     state: ckpt_io.TrainState
     last_version: int | None
+    perception: dict | None = None  # stage perception's val metrics and figures (None: no such stage)
 
 
 def il_snapshot_name(run: str) -> str:
@@ -129,6 +141,8 @@ class Trainer:
         self.quarantined: dict[str, str] = {}  # no longer sampled by the rollout actors
         self.demos_skipped: dict[str, str] = {}  # left out of the demonstrations
         self.scenario_failures = 0  # failure reports from rollouts (a failed episode, or a reset that charged some)
+        self.side_leases: list = []  # leases beside the run's, kept fresh by the same heartbeat (perception run)
+        self.perception: dict | None = None  # stage perception's metrics, this call or read back from its run
 
     # -- set-up ------------------------------------------------------------------------------------
     def open_store(self):
@@ -145,10 +159,11 @@ class Trainer:
     def _heartbeat(self) -> None:
         """Keep the run lease fresh through long phases (demonstrations, evaluation) as well."""
         while not self._beating.wait(HEARTBEAT_S):
-            try:
-                self.lease.heartbeat()
-            except Exception as e:  # LeaseLost surfaces at the next commit; keep beating otherwise
-                log.warning("lease heartbeat failed: %s", e)
+            for lease in [self.lease, *self.side_leases]:
+                try:
+                    lease.heartbeat()
+                except Exception as e:  # LeaseLost surfaces at the next commit; keep beating otherwise
+                    log.warning("lease heartbeat failed: %s", e)
 
     def _on_commit(self, version: int, meta: dict) -> None:
         log.info("checkpoint %d committed to %s", version, self.rs.uri)
@@ -170,7 +185,7 @@ class Trainer:
     def build(self) -> None:
         cfg = self.cfg
         r = cfg.rollout
-        needs_rl = cfg.stage in ("rl", "il+rl")
+        needs_rl = "rl" in cfg.stages
         if (needs_rl and r.num_actors > 0) or cfg.num_learners > 1 or cfg.learner_resources:
             self._ray_started = connect(cfg.ray_address, cfg.ray_num_cpus)
         spec = self.worker_spec(r.envs_per_actor)
@@ -187,13 +202,19 @@ class Trainer:
             env.close()
         self.obs_space, self.action_spec, self.rig = obs_space, action_spec, rig
         policy_config = to_dict(cfg.policy)
+        self.frozen = frozen = self._cameras_frozen()
 
         def make_policy():
-            return build_policy(obs_space, action_spec, policy_config)
+            net = build_policy(obs_space, action_spec, policy_config)
+            if frozen:  # stages il and rl train the planner; the perception encoder stays as it learned
+                net.freeze_cameras()
+            return net
 
         self.make_policy = make_policy
         total = (
-            self._rl_updates_total() if cfg.stage == "rl" else cfg.il.pretrain_iterations * cfg.il.steps_per_iteration
+            self._rl_updates_total()
+            if cfg.stages == ("rl",)
+            else cfg.il.pretrain_iterations * cfg.il.steps_per_iteration
         )
         self.learners = LearnerGroup(
             make_policy,
@@ -202,6 +223,25 @@ class Trainer:
             cfg.gpus_per_learner,
             resources=cfg.learner_resources,
         )
+
+    def _cameras_frozen(self) -> bool:
+        """Stages il and rl keep the camera encoder frozen (``perception.freeze``) when stage perception
+        trained it: this run's, or, for stage rl alone, the ``init_from`` run's."""
+        cfg = self.cfg
+        if not cfg.perception.freeze or "cameras" not in self.obs_space.spaces:
+            return False
+        if "perception" in cfg.stages:
+            return True
+        if cfg.stages == ("rl",) and cfg.init_from:
+            try:
+                run, version = parse_ref(cfg.init_from)
+                rs = self.store.run(run)
+                ck = rs.load(version) if version is not None else rs.load_latest()
+                stage = "" if ck is None else str(json.loads(ck.files["config.json"]).get("stage", ""))
+            except Exception:  # a bad init_from is reported, with its reason, when the weights are loaded
+                return False
+            return "perception" in stage.split("+")
+        return False
 
     def record_provenance(self) -> None:
         """Write what runs where into the run's provenance (run.json, TensorBoard text): the render
@@ -278,7 +318,7 @@ class Trainer:
             self.learners.call("load_state", lstate)
             self._set_stage_settings(state)
             ckpt_io.restore_rng(rng)
-            if state.stage == "done" and cfg.stage != "il" and state.iteration < cfg.iterations:
+            if state.stage == "done" and "rl" in cfg.stages and state.iteration < cfg.iterations:
                 state.stage = "rl"  # asked for more iterations than the finished run had: go on
                 self._set_stage_settings(state)
             log.info("resuming run %s from checkpoint %d (%s)", self.name, latest.version, state.stage)
@@ -287,8 +327,8 @@ class Trainer:
                 f"IL iteration {state.il_iteration}, {state.env_steps:,} env steps"
             )
             return state
-        state = ckpt_io.TrainState(stage="il" if cfg.stage in ("il", "il+rl") else "rl")
-        if cfg.stage == "rl":
+        state = ckpt_io.TrainState(stage=cfg.stages[0])
+        if cfg.stages == ("rl",):
             weights = self._init_weights()
             self.learners.call("load_state", {"policy": weights})
         random.seed(cfg.seed)
@@ -335,7 +375,7 @@ class Trainer:
 
     def _set_stage_settings(self, state: ckpt_io.TrainState) -> None:
         cfg = self.cfg
-        if state.stage == "il":
+        if state.stage in ("perception", "il"):  # (the learner idles through stage perception)
             s = learner_settings(cfg, cfg.il.pretrain_iterations * cfg.il.steps_per_iteration, cfg.il.lr)
         else:
             s = learner_settings(cfg, self._rl_updates_total(), cfg.ppo.lr)
@@ -381,6 +421,40 @@ class Trainer:
         return m
 
     # -- stages ------------------------------------------------------------------------------------
+    def stage_perception(self, state: ckpt_io.TrainState) -> None:
+        """RAD's stage 1 (``learner.perception``): frames of the training clips rendered once into the
+        frame cache, the camera encoder and its BEV heads trained on them (checkpointed every epoch to
+        the store run ``<run>-perception``, resumed there), metrics on ``eval.suite``'s frames; the
+        encoder then goes into the policy, and the run's checkpoint marks the stage done."""
+        cfg = self.cfg
+        rs = self.store.run(perception_run_name(self.name))
+        lease = rs.acquire(lease_owner())  # its own lease (pruning old epochs needs one), kept fresh with ours
+        self.side_leases.append(lease)
+        try:
+            result, info = run_stage(
+                cfg.perception, cfg.policy, cfg.env, cfg.suite, cfg.eval.suite, seed=cfg.seed, run_store=rs,
+                progress=self.tracker.progress,
+            )  # fmt: skip
+        finally:
+            self.side_leases.remove(lease)
+            lease.release()
+        self.learners.call("load_state", {"policy": with_encoder(self.learners.call("weights"), result.encoder)})
+        self.perception = dict(
+            metrics=result.metrics,
+            epochs=result.epochs,
+            train_frames_per_s=result.frames_per_s,
+            history=result.history,
+            store=f"{rs.uri}",
+            **info,
+        )
+        if result.metrics:
+            row = {f"perception/{k}": v for k, v in result.metrics["all"].items() if isinstance(v, int | float)}
+            self.tracker.log(0, row)
+            table = metrics_table(result.metrics)
+            (self.folder / "perception.md").write_text(f"# Stage perception on {cfg.eval.suite}\n\n{table}\n")
+        state.stage = "il" if "il" in cfg.stages else "done"
+        self.checkpoint(state, "end of stage perception")
+
     def stage_il(self, state: ckpt_io.TrainState, demos) -> None:
         cfg = self.cfg
         n_it = cfg.il.pretrain_iterations
@@ -403,7 +477,7 @@ class Trainer:
             if state.il_iteration % cfg.store.checkpoint_every == 0 and state.il_iteration < n_it:
                 self.checkpoint(state, "periodic")
         state.il_eval = self.evaluate(state, "il")
-        state.stage = "rl" if cfg.stage == "il+rl" else "done"
+        state.stage = "rl" if "rl" in cfg.stages else "done"
         self._set_stage_settings(state)
         self.checkpoint(state, "end of stage il", snapshot_run=il_snapshot_name(self.name))
 
@@ -525,6 +599,10 @@ class Trainer:
             self.build()
             self.record_provenance()
             state = self.restore()
+            if state.stage == "perception":
+                self.stage_perception(state)
+            elif "perception" in cfg.stages:
+                self.perception = self._perception_done()
             demos = None
             if state.stage != "done" and (state.stage == "il" or cfg.il.mode == "weighted" or cfg.il.il_rounds):
                 demos = self.demos()
@@ -534,13 +612,25 @@ class Trainer:
                 self.stage_rl(state, demos)
             self.committer.flush()
             self.summary(state)
-            return TrainResult(self.name, self.folder, self.rs.uri, state, self.committer.last_committed)
+            last = self.committer.last_committed
+            return TrainResult(self.name, self.folder, self.rs.uri, state, last, self.perception)
         finally:
             self.close()
 
-    def summary(self, state: ckpt_io.TrainState) -> None:
-        import json
+    def _perception_done(self) -> dict | None:
+        """A finished stage perception's metrics, read back from its run (a resumed run does not redo it)."""
+        try:
+            ck = self.store.run(perception_run_name(self.name)).load_latest()
+            meta = json.loads(ck.files["perception.json"]) if ck is not None else None
+        except Exception as e:  # only for the summary: the weights are in this run's checkpoint
+            log.warning("stage perception's metrics could not be read back: %s", e)
+            return None
+        if not meta:
+            return None
+        keep = ("metrics", "epoch", "frames_per_s", "history", "frames")
+        return {k: meta.get(k) for k in keep}
 
+    def summary(self, state: ckpt_io.TrainState) -> None:
         s = dict(
             run=self.name,
             store=self.rs.uri,
@@ -550,6 +640,7 @@ class Trainer:
             scenario_failures=self.scenario_failures,
             quarantined=self.quarantined,
             demonstrations_skipped=self.demos_skipped,
+            perception=self.perception,
         )
         (self.folder / "summary.json").write_text(json.dumps(s, indent=2, default=float))
         if self.quarantined or self.demos_skipped:
@@ -557,7 +648,7 @@ class Trainer:
                 f"broken scenarios: quarantined {sorted(self.quarantined) or 'none'}, left out of the "
                 f"demonstrations {sorted(self.demos_skipped) or 'none'} (errors in {self.folder / 'summary.json'})"
             )
-        if state.il_eval and state.last_eval and self.cfg.stage != "il":
+        if state.il_eval and state.last_eval and "rl" in self.cfg.stages:
             a, b = state.il_eval, state.last_eval
             self.tracker.progress(
                 f"val collision rate: IL {a['CR']:.3f} -> RL+IL {b['CR']:.3f}; deviation rate {a['DR']:.3f} -> "
@@ -567,7 +658,7 @@ class Trainer:
             f"done. TensorBoard: tensorboard --logdir {self.folder}; metrics: {self.folder / 'metrics.jsonl'}; "
             f"checkpoints: {self.rs.uri}"
         )
-        if state.il_eval and self.cfg.stage == "il+rl":
+        if state.il_eval and "il" in self.cfg.stages and "rl" in self.cfg.stages:
             store = self.cfg.store.uri.rstrip("/")
             self.tracker.progress(
                 f"compare IL and RL+IL: python -m scenarios.evaluate --compare {store}/{il_snapshot_name(self.name)} "

@@ -1,0 +1,251 @@
+"""Stage perception: BEV labels by hand, the rig's visible cells, the frame cache (rendered once, checksummed,
+re-rendered when a shard is corrupt, bounded), the metrics by hand, the encoder hand-over, and training that
+checkpoints every epoch and resumes (a finished stage is not trained again)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from envs.scenario_data import ScenarioData
+from learner.config import PerceptionConfig
+from learner.perception import (
+    ENCODER_PREFIX,
+    BEVGrid,
+    FrameCache,
+    PerceptionNet,
+    bev_labels,
+    perception_metrics,
+    train_perception,
+    visible_cells,
+    with_encoder,
+)
+from policy.network import ActorCritic, PolicyConfig, example_observation_space
+from scenarios import save
+from scenarios.actions import ActionSpec
+from sim.camera import make_rig
+from store import CheckpointStore
+from tests.envs.handmade import straight_scenario
+
+SMALL = PolicyConfig(cnn_channels=(8, 16), cnn_kernels=(3, 3), embed_dim=32, hidden_dim=64)
+ENV = {"resolution": (32, 16), "render_backend": "cpu"}
+CFG = PerceptionConfig(epochs=2, batch_size=8, cells=16, shard_frames=4, jitter_m=0.5, jitter_deg=5.0)
+
+
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory):
+    d = tmp_path_factory.mktemp("perception_suite")
+    save(straight_scenario(d, sid="plain", horizon=10), d / "plain.json")
+    save(straight_scenario(d, sid="lead", horizon=10, lead_gap=8.0, lead_speed=5.0), d / "lead.json")
+    return d
+
+
+def _cell_overlaps_box(cx, cy, h, bx, by, L, W) -> bool:
+    """An axis-aligned square cell (centre cx, cy, half side h) against an axis-aligned box: by hand."""
+    return abs(cx - bx) <= h + L / 2 and abs(cy - by) <= h + W / 2
+
+
+def test_labels_by_hand(tmp_path):
+    """Ego at the start of the lead scenario: the lead car (4.5 x 1.9 m, 5 m/s) is 16.05 m ahead; lanes
+    (3.5 m wide) at y = 0 and y = 3.5. Turned by 90 degrees, the same world is seen rotated."""
+    sc = straight_scenario(tmp_path, sid="lead", horizon=10, lead_gap=10.0, lead_speed=5.0)
+    d = ScenarioData(sc, None, ActionSpec())
+    grid = BEVGrid(cells=20, range_m=40.0, behind_m=4.0)  # 2 m cells
+    lab = bev_labels(d, 0, (0.0, 0.0, 0.0), grid)
+    xs, ys = grid.centres()
+    h = grid.cell_m / 2
+    for i, cx in enumerate(xs):
+        for j, cy in enumerate(ys):
+            occ = _cell_overlaps_box(cx, cy, h, 16.05, 0.0, 4.5, 1.9)
+            assert lab["occupancy"][i, j] == occ, (cx, cy)
+            assert lab["velocity"][:, i, j].tolist() == ([5.0, 0.0] if occ else [0.0, 0.0])
+            assert lab["drivable"][i, j] == (abs(cy) <= 1.75 or abs(cy - 3.5) <= 1.75)
+            assert lab["lane"][i, j] == (min(abs(cy), abs(cy - 3.5)) <= 0.75)
+    assert lab["occupancy"].sum() > 0 and lab["occupancy"].dtype == np.uint8
+    # the ego turned left by 90 degrees at (16, -10): the lead is 10 m ahead, its velocity to the right
+    lab = bev_labels(d, 0, (16.05, -10.0, math.pi / 2), grid)
+    for i, cx in enumerate(xs):
+        for j, cy in enumerate(ys):
+            occ = _cell_overlaps_box(cx, cy, h, 10.0, 0.0, 1.9, 4.5)  # the box across the ego's x axis
+            assert lab["occupancy"][i, j] == occ
+            if occ:
+                np.testing.assert_allclose(lab["velocity"][:, i, j], [0.0, -5.0], atol=1e-5)
+    # at step 4 the lead has moved 2 m on
+    lab4 = bev_labels(d, 4, (0.0, 0.0, 0.0), grid)
+    assert lab4["occupancy"][int((18.05 + 4.0) // 2), 10] == 1
+
+
+def test_visible_cells_of_the_front_rig():
+    grid = BEVGrid(cells=32, range_m=40.0, behind_m=4.0)
+    vis = visible_cells(grid, make_rig("front3", 128, 64))
+    xs, ys = grid.centres()
+    i_ahead, j_mid = int(np.argmin(np.abs(xs - 20.0))), int(np.argmin(np.abs(ys)))
+    assert vis[i_ahead, j_mid] and vis[i_ahead, 0] and vis[i_ahead, -1]  # ahead, and far to both sides
+    assert not vis[xs < 1.0].any()  # at and behind the cameras (mounted 1.5 m ahead of the rear axle)
+    full = visible_cells(grid, make_rig("surround6", 128, 64))
+    assert full.sum() > vis.sum() and full[0, j_mid]  # the rear cameras see behind
+
+
+def test_frame_cache_renders_once_checks_and_repairs(tmp_path, suite, caplog):
+    cache = FrameCache.build(str(suite), ENV, CFG, 3, name="t", root=tmp_path)
+    # 2 clips x steps 0, 3, 6, 9 = 8 frames in 2 shards of 4
+    assert len(cache) == 8 and cache.rendered == 8 and len(cache.index["shards"]) == 2
+    a = cache.arrays
+    assert a["cameras"].shape == (8, 3, 16, 32, 3) and a["cameras"].dtype == np.uint8 and a["cameras"].any()
+    assert a["occupancy"].shape == (8, 16, 16) and a["velocity"].shape == (8, 2, 16, 16)
+    assert sorted(a["step"].tolist()) == [0, 0, 3, 3, 6, 6, 9, 9] and cache.kinds == ["lane_keep_straight"]
+    again = FrameCache.build(str(suite), ENV, CFG, 3, name="t", root=tmp_path)
+    assert again.rendered == 0 and again.folder == cache.folder
+    for k in a:
+        np.testing.assert_array_equal(again.arrays[k], a[k])
+    # a corrupt shard (one byte changed) fails its sha256 and is rendered again -- the same frames
+    shard = cache.folder / "shard-00001.npz"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    repaired = FrameCache.build(str(suite), ENV, CFG, 3, name="t", root=tmp_path)
+    assert repaired.rendered == 4 and "fails its checksum" in caplog.text
+    for k in a:
+        np.testing.assert_array_equal(repaired.arrays[k], a[k])
+    # another setting (jitter) is another cache
+    other = FrameCache.build(str(suite), ENV, PerceptionConfig(**{**CFG.__dict__, "jitter_m": 0.0}), 3, root=tmp_path)
+    assert other.folder != cache.folder and other.rendered == 8
+
+
+def test_frame_cache_is_bounded(tmp_path, suite, caplog):
+    per_frame = 3 * 16 * 32 * 3 + 11 * 16 * 16 + 24  # bytes: images and labels
+    cfg = PerceptionConfig(**{**CFG.__dict__, "cache_mb": 5.5 * per_frame / 2**20})
+    cache = FrameCache.build(str(suite), ENV, cfg, 1, name="capped", root=tmp_path)
+    assert len(cache) == 5 and "keeping an evenly spaced 5" in caplog.text  # of 2 x 10 planned
+    assert set(cache.arrays["scenario"].tolist()) == {0, 1}  # spread over the clips, not the first one
+
+
+def test_metrics_by_hand():
+    G = 4
+    occ = np.zeros((1, G, G), np.uint8)
+    occ[0, 1, 1:3] = 1  # two occupied cells
+    pred = np.zeros((1, 5, G, G), np.float32)
+    pred[0, 0, 1, 2:4] = 0.9  # one hit, one false alarm, one miss: IoU 1 / 3
+    pred[0, 1, 1, 1:3] = (3.0, 1.0)  # vx on the two occupied cells
+    vel = np.zeros((1, 2, G, G), np.float32)
+    vel[0, 0, 1, 1:3] = (3.0, 5.0)  # errors 0 and 4 m/s
+    drv = np.ones((1, G, G), np.uint8)
+    pred[0, 3] = 0.8  # all drivable: IoU 1
+    labels = {"occupancy": occ, "velocity": vel, "drivable": drv, "lane": np.zeros((1, G, G), np.uint8)}
+    m = perception_metrics(pred, labels, np.ones((G, G), bool))
+    assert m["occupancy_iou"] == pytest.approx(1 / 3) and m["velocity_error"] == pytest.approx(2.0)
+    assert m["drivable_iou"] == 1.0 and math.isnan(m["lane_iou"])  # no lane anywhere: undefined
+    # invisible cells are left out: hiding the false alarm's cell gives IoU 1 / 2
+    vis = np.ones((G, G), bool)
+    vis[1, 3] = False
+    assert perception_metrics(pred, labels, vis)["occupancy_iou"] == pytest.approx(1 / 2)
+
+
+def test_the_encoder_goes_into_the_policy():
+    space = example_observation_space(3, 16, 32, parts=("cameras", "ego", "navigation", "command"))
+    policy = ActorCritic(space, ActionSpec(), SMALL)
+    net = PerceptionNet(3, 16, 32, SMALL, 16)
+    merged = with_encoder(policy.state_dict(), net.encoder_weights())
+    policy.load_state_dict(merged)
+    for k, v in net.encoder.state_dict().items():
+        assert torch.equal(policy.state_dict()[ENCODER_PREFIX + k], v)
+    other = PerceptionNet(3, 16, 32, PolicyConfig(cnn_channels=(8, 8), cnn_kernels=(3, 3), embed_dim=32), 16)
+    with pytest.raises(ValueError, match=r"perception encoder does not fit the policy: encoders\.cameras"):
+        with_encoder(policy.state_dict(), other.encoder_weights())
+
+
+def test_training_learns_checkpoints_and_resumes(tmp_path, suite):
+    """Loss falls over epochs; a stage stopped after epoch 1 resumes at epoch 2 with the same result as an
+    uninterrupted run; a finished stage is loaded, not trained again."""
+    torch.set_num_threads(1)
+    frames = FrameCache.build(str(suite), ENV, CFG, 1, name="train", root=tmp_path)
+    cfg4 = PerceptionConfig(**{**CFG.__dict__, "epochs": 4})
+    whole = train_perception(cfg4, SMALL, frames, frames, seed=1)
+    losses = [h["loss"] for h in whole.history]
+    assert losses[-1] < losses[0] and len(losses) == 4
+    assert set(whole.metrics["by_kind"]) == {"lane_keep_straight"} and whole.metrics["all"]["frames"] == 20
+    rs = CheckpointStore(tmp_path / "store").run("r-perception")
+    half = train_perception(
+        PerceptionConfig(**{**CFG.__dict__, "epochs": 2}), SMALL, frames, frames, seed=1, run_store=rs
+    )
+    assert rs.versions() == [1, 2] and not half.resumed_done
+    resumed = train_perception(cfg4, SMALL, frames, frames, seed=1, run_store=rs)
+    assert [h["epoch"] for h in resumed.history] == [1, 2, 3, 4]
+    for a, b in zip(resumed.history, whole.history):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
+    for k, v in whole.encoder.items():
+        torch.testing.assert_close(resumed.encoder[k], v, rtol=1e-5, atol=1e-6)
+    latest = rs.latest()
+    done = train_perception(cfg4, SMALL, frames, frames, seed=1, run_store=rs)
+    assert done.resumed_done and rs.latest() == latest and done.metrics["all"]["frames"] == 20
+    for k, v in resumed.encoder.items():
+        assert torch.equal(done.encoder[k], v)
+
+
+def test_train_help_documents_stage_perception(capsys):
+    from learner.train import main
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert "'perception' (the camera encoder and BEV heads" in " ".join(out.split())
+    assert "perception.epochs" in out and "perception.freeze" in out and "perception+il+rl" in out
+
+
+@pytest.mark.slow
+def test_three_stages_in_one_run_with_perception_frozen(tmp_path, suite, monkeypatch):
+    """stage=perception+il+rl: the perception encoder goes into the policy and stays as it is through IL and
+    RL (the planner trains); a rerun finds every stage done and trains nothing again."""
+    from learner.config import TrainConfig
+    from learner.perception import perception_run_name
+    from learner.train import il_snapshot_name, train
+    from sim.configs import from_dict
+    from store import bytes_to_tensors
+
+    monkeypatch.setenv("SPLATDRIVE_CACHE", str(tmp_path / "cache"))
+    cfg = from_dict(
+        TrainConfig,
+        {
+            "run": "three",
+            "stage": "perception+il+rl",
+            "store": {"uri": str(tmp_path / "store"), "checkpoint_every": 1, "keep_last": 50},
+            "tracking": {"out": str(tmp_path / "out"), "tensorboard": False},
+            "suite": str(suite),
+            "env": dict(ENV),
+            "policy": {"cnn_channels": [8, 16], "cnn_kernels": [3, 3], "embed_dim": 32, "hidden_dim": 64},
+            "rollout": {"num_actors": 0, "envs_per_actor": 2, "fragment_length": 6},
+            "ppo": {"epochs": 2, "minibatches": 2},
+            "il": {"pretrain_iterations": 3, "steps_per_iteration": 2, "batch_size": 8, "rl_rounds": 2},
+            "eval": {"suite": str(suite), "every": 0, "num_envs": 2},
+            "perception": {"epochs": 2, "every": 2, "val_every": 5, "cells": 16, "shard_frames": 8},
+            "iterations": 3,
+        },
+    )
+    r = train(cfg)
+    assert r.state.stage == "done" and r.state.il_iteration == 3 and r.state.iteration == 3
+    assert r.perception is not None and r.perception["metrics"]["all"]["frames"] == 4 and r.perception["epochs"] == 2
+    store = CheckpointStore(tmp_path / "store")
+    prs = store.run(perception_run_name("three"))
+    p_versions = prs.versions()
+    enc = {k: v for k, v in bytes_to_tensors(prs.load_latest().files["perception.safetensors"]).items()}
+    enc = {"encoders.cameras." + k[len("encoder.") :]: v for k, v in enc.items() if k.startswith("encoder.")}
+    final = bytes_to_tensors(store.run("three").load_latest().files["policy.safetensors"])
+    il = bytes_to_tensors(store.run(il_snapshot_name("three")).load_latest().files["policy.safetensors"])
+    for k, v in enc.items():  # the encoder, as perception left it, after IL and after RL
+        assert torch.equal(final[k], v) and torch.equal(il[k], v), k
+    first = bytes_to_tensors(store.run("three").load(1).files["policy.safetensors"])  # end of stage perception
+    assert first["encoders.cameras.cnn.0.weight"].equal(enc["encoders.cameras.cnn.0.weight"])
+    # ... while the planner trained, in IL and in RL
+    assert not torch.equal(first["trunk.1.weight"], il["trunk.1.weight"])
+    assert not torch.equal(il["trunk.1.weight"], final["trunk.1.weight"])
+    assert (tmp_path / "out" / "three" / "perception.md").is_file()
+    summary = json.loads((tmp_path / "out" / "three" / "summary.json").read_text())
+    assert summary["perception"]["metrics"]["all"]["frames"] == 4
+    # a rerun: nothing is trained again, perception's metrics are read back from its run
+    r2 = train(cfg)
+    assert r2.state.stage == "done" and prs.versions() == p_versions
+    assert r2.perception is not None and r2.perception["metrics"]["all"]["frames"] == 4
