@@ -17,8 +17,8 @@ A posed actor is projected through ``viewmat @ world_T_box``, with SH evaluated 
 from __future__ import annotations
 
 import math
-import os
-from collections import OrderedDict
+import threading
+import weakref
 
 import numba as nb
 import numpy as np
@@ -31,6 +31,10 @@ from sim.sh import C0, C1, C2, C3
 
 TILE = 16
 CHUNK = 256
+# rows of a chunk's SoA block: mean x, y, z; covariance a b c d e f of [[a, b, c], [b, d, e], [c, e, f]];
+# opacity; ln(255 opacity)
+P_MX, P_COV, P_OP, P_LNOP = 0, 3, 9, 10
+SOA_ROWS = 11
 # Pixels added to the frustum planes when culling chunks: the projected radius is at most
 # 3 sigma_max ||J||_F + 3 sqrt(0.3 + 0.1) + 1 (low-pass, lambda floor, ceil), under 2.9 px + the 3D term.
 CULL_MARGIN_PX = 4.0
@@ -76,7 +80,13 @@ def _morton3(q: np.ndarray) -> np.ndarray:
 
 
 def _prepare(cloud: GaussianCloud) -> dict:
-    """Chunked, covariance-ready arrays for one cloud (in its own frame)."""
+    """One cloud's Gaussians (in its own frame) in Morton order, split into chunks of CHUNK.
+
+    Returns soa [n_chunks, SOA_ROWS, CHUNK] (chunk-blocked SoA: the projection reads each field
+    contiguously, and every row sits a compile-time stride from the next, which is what lets LLVM
+    vectorise it: one alias check for the block instead of one per row), rgb [n_chunks * CHUNK, 3]
+    (band 0), sh [n_chunks * CHUNK, 16, 3] (all bands, only when degree > 0), and per chunk its
+    size, box of means and largest scale."""
     c = cloud.to("cpu")
     n = len(c)
     means = c.means.numpy().astype(np.float32)
@@ -86,102 +96,177 @@ def _prepare(cloud: GaussianCloud) -> dict:
         order = np.argsort(_morton3(q), kind="stable")
     else:
         order = np.zeros(0, dtype=np.int64)
+    nk = (n + CHUNK - 1) // CHUNK
     cov = covariances(c.quats, c.scales).numpy()
     cov6 = np.stack([cov[:, 0, 0], cov[:, 0, 1], cov[:, 0, 2], cov[:, 1, 1], cov[:, 1, 2], cov[:, 2, 2]], 1)
-    smax = c.scales.numpy().max(1) if n else np.zeros(0, np.float32)
-    means = means[order]
-    smax = smax[order]
-    starts = np.arange(0, n, CHUNK, dtype=np.int64)
-    ends = np.minimum(starts + CHUNK, n)
-    aabb = np.zeros((len(starts), 6), np.float32)
-    csmax = np.zeros(len(starts), np.float32)
-    for i, (a, b) in enumerate(zip(starts, ends)):
-        aabb[i, :3] = means[a:b].min(0)
-        aabb[i, 3:] = means[a:b].max(0)
-        csmax[i] = smax[a:b].max()
-    return dict(
-        means=np.ascontiguousarray(means),
-        cov=np.ascontiguousarray(cov6[order].astype(np.float32)),
-        opac=np.ascontiguousarray(c.opacities.numpy()[order].astype(np.float32)),
-        sh=np.ascontiguousarray(c.sh.numpy()[order].astype(np.float32)),
-        degree=c.sh_degree,
-        chunk_start=starts,
-        chunk_end=ends,
-        chunk_aabb=aabb,
-        chunk_smax=csmax,
-    )
+    opac = c.opacities.numpy()[order].astype(np.float32)
+    cols = np.zeros((nk * CHUNK, SOA_ROWS), np.float32)
+    cols[:n, P_MX : P_MX + 3] = means[order]
+    cols[:n, P_COV : P_COV + 6] = cov6[order]
+    cols[:n, P_OP] = opac
+    # alpha >= 1/255 needs sigma <= ln(255 o): fixed per Gaussian, so computed once here
+    cols[:n, P_LNOP] = np.log(np.maximum(opac, 1e-30) / ALPHA_MIN)
+    soa = np.ascontiguousarray(cols.reshape(nk, CHUNK, SOA_ROWS).transpose(0, 2, 1))
+    sh = c.sh.numpy()[order].astype(np.float32)
+    rgb = np.zeros((nk * CHUNK, 3), np.float32)
+    rgb[:n] = np.maximum(sh[:, 0, :] * np.float32(C0) + np.float32(0.5), 0.0)
+    sh_all = None
+    if c.sh_degree > 0:
+        sh_all = np.zeros((nk * CHUNK, 16, 3), np.float32)
+        sh_all[:n, : sh.shape[1]] = sh
+    counts = np.minimum(CHUNK, n - np.arange(nk) * CHUNK)
+    aabb = np.zeros((nk, 6), np.float32)
+    smax = np.zeros(nk, np.float32)
+    scales = c.scales.numpy()[order].max(1) if n else np.zeros(0, np.float32)
+    m = cols[:, :3].reshape(nk, CHUNK, 3)
+    for i in range(nk):
+        aabb[i, :3] = m[i, : counts[i]].min(0)
+        aabb[i, 3:] = m[i, : counts[i]].max(0)
+        smax[i] = scales[i * CHUNK : i * CHUNK + counts[i]].max()
+    return dict(soa=soa, rgb=rgb, sh=sh_all, degree=c.sh_degree, chunk_n=counts, chunk_aabb=aabb, chunk_smax=smax)
 
 
-def prepared(cloud: GaussianCloud) -> dict:
-    return cloud.cache("raster_cpu", lambda: _prepare(cloud))
+class _Arena:
+    """Every cloud rendered so far, prepared once and packed chunk after chunk, so that a frame touches
+    no per-Gaussian Python, and a change in which clouds a frame shows (an actor leaving, an env
+    resetting to another scene) copies nothing. Gaussian i of chunk k is entry k * CHUNK + i of rgb;
+    chunk k's SH (degree chunk_deg[k] > 0) are entries chunk_sh[k] * CHUNK + i of sh.
+
+    The space of clouds that have been garbage-collected is reclaimed (by compaction) once it
+    outgrows the live part."""
+
+    _GROW = 1.5
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.where: dict[int, tuple[weakref.ref, int, int]] = {}  # id(cloud) -> (ref, k0, k1)
+        self.n = 0  # chunks in use (live or dead)
+        self.n_sh = 0  # SH chunks in use
+        self.dead = 0  # chunks of collected clouds
+        self._alloc(0, 0)
+
+    def _alloc(self, cap: int, cap_sh: int) -> None:
+        self.soa = np.zeros((cap, SOA_ROWS, CHUNK), np.float32)
+        self.rgb = np.zeros((cap * CHUNK, 3), np.float32)
+        self.sh = np.zeros((cap_sh * CHUNK, 16, 3), np.float32)
+        self.chunk_n = np.zeros(cap, np.int64)
+        self.chunk_aabb = np.zeros((cap, 6), np.float32)
+        self.chunk_smax = np.zeros(cap, np.float32)
+        self.chunk_deg = np.zeros(cap, np.int64)
+        self.chunk_sh = np.full(cap, -1, np.int64)
+
+    def _reserve(self, extra: int, extra_sh: int) -> None:
+        """Room for extra chunks (extra_sh of them with SH), compacting away dead clouds first when
+        they outnumber the live ones."""
+        cap, cap_sh = len(self.chunk_n), self.sh.shape[0] // CHUNK
+        if self.n + extra <= cap and self.n_sh + extra_sh <= cap_sh:
+            return
+        old = dict(
+            soa=self.soa, rgb=self.rgb, sh=self.sh, chunk_n=self.chunk_n, chunk_aabb=self.chunk_aabb,
+            chunk_smax=self.chunk_smax, chunk_deg=self.chunk_deg, chunk_sh=self.chunk_sh,
+        )  # fmt: skip
+        live = self.n - self.dead
+        live_sh = int((self.chunk_sh[: self.n] >= 0).sum()) if self.dead else self.n_sh
+        keep = [(key, ref, k0, k1) for key, (ref, k0, k1) in self.where.items() if ref() is not None]
+        compact = self.dead > live
+        need, need_sh = (live if compact else self.n) + extra, (live_sh if compact else self.n_sh) + extra_sh
+        self._alloc(max(need, int(self._GROW * cap)), max(need_sh, int(self._GROW * cap_sh)))
+        if not compact:
+            self._copy(old, 0, self.n, 0, 0)
+            return
+        self.n, self.n_sh, self.dead = 0, 0, 0
+        for key, ref, k0, k1 in sorted(keep, key=lambda e: e[2]):
+            self.where[key] = (ref, self.n, self.n + k1 - k0)
+            self._copy(old, k0, k1, self.n, self.n_sh)
+            self.n_sh += int((old["chunk_sh"][k0:k1] >= 0).sum())
+            self.n += k1 - k0
+
+    def _copy(self, old: dict, k0: int, k1: int, to: int, to_sh: int) -> None:
+        m = k1 - k0
+        self.soa[to : to + m] = old["soa"][k0:k1]
+        self.rgb[to * CHUNK : (to + m) * CHUNK] = old["rgb"][k0 * CHUNK : k1 * CHUNK]
+        for name in ("chunk_n", "chunk_aabb", "chunk_smax", "chunk_deg"):
+            getattr(self, name)[to : to + m] = old[name][k0:k1]
+        src = old["chunk_sh"][k0:k1]
+        j = to_sh
+        for i in range(m):
+            if src[i] >= 0:
+                self.sh[j * CHUNK : (j + 1) * CHUNK] = old["sh"][src[i] * CHUNK : (src[i] + 1) * CHUNK]
+                self.chunk_sh[to + i] = j
+                j += 1
+
+    def _dead(self, key: int, ref: weakref.ref) -> None:
+        """``ref``'s cloud was collected: its chunks are dead space (entries move on compaction, so
+        the ref, not a position, identifies it)."""
+        entry = self.where.get(key)
+        if entry is not None and entry[0] is ref:
+            del self.where[key]
+            self.dead += entry[2] - entry[1]
+
+    def chunks(self, cloud: GaussianCloud) -> tuple[int, int]:
+        """[k0, k1): the arena chunks of ``cloud``, added now if it is new (call under ``lock``)."""
+        entry = self.where.get(id(cloud))
+        if entry is not None and entry[0]() is cloud:
+            return entry[1], entry[2]
+        p = _prepare(cloud)
+        m = len(p["chunk_n"])
+        self._reserve(m, m if p["sh"] is not None else 0)
+        k0 = self.n
+        self.soa[k0 : k0 + m] = p["soa"]
+        self.rgb[k0 * CHUNK : (k0 + m) * CHUNK] = p["rgb"]
+        self.chunk_n[k0 : k0 + m] = p["chunk_n"]
+        self.chunk_aabb[k0 : k0 + m] = p["chunk_aabb"]
+        self.chunk_smax[k0 : k0 + m] = p["chunk_smax"]
+        self.chunk_deg[k0 : k0 + m] = p["degree"]
+        if p["sh"] is not None:
+            self.sh[self.n_sh * CHUNK : (self.n_sh + m) * CHUNK] = p["sh"]
+            self.chunk_sh[k0 : k0 + m] = np.arange(self.n_sh, self.n_sh + m)
+            self.n_sh += m
+        self.n += m
+        key = id(cloud)
+        ref = weakref.ref(cloud, lambda r, key=key: self._dead(key, r))
+        self.where[key] = (ref, k0, k0 + m)
+        return k0, k0 + m
 
 
-class _Bank:
-    """Prepared clouds packed end to end; cloud u owns Gaussians [g0[u], g1) and chunks [k0[u], k1)."""
-
-    def __init__(self, clouds: list[GaussianCloud]):
-        preps = [prepared(c) for c in clouds]
-        self.degree = max([p["degree"] for p in preps] + [0])
-        k = (self.degree + 1) ** 2
-        self.clouds = clouds  # keeps them alive while the bank is cached under their ids
-        sizes = [len(p["opac"]) for p in preps]
-        self.g0 = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        nk = [len(p["chunk_start"]) for p in preps]
-        self.k0 = np.concatenate([[0], np.cumsum(nk)]).astype(np.int64)
-        self.means = np.concatenate([p["means"] for p in preps] + [np.zeros((0, 3), np.float32)])
-        self.cov = np.concatenate([p["cov"] for p in preps] + [np.zeros((0, 6), np.float32)])
-        self.opac = np.concatenate([p["opac"] for p in preps] + [np.zeros(0, np.float32)])
-        # alpha >= 1/255 needs sigma <= ln(255 o): fixed per Gaussian, so computed once here
-        self.lnop = np.log(np.maximum(self.opac, 1e-30) / ALPHA_MIN).astype(np.float32)
-        sh = np.zeros((self.g0[-1], k, 3), np.float32)
-        for p, a in zip(preps, self.g0[:-1]):
-            sh[a : a + len(p["opac"]), : p["sh"].shape[1]] = p["sh"]
-        if self.degree == 0:
-            # Band 0 only: colour is view-independent, so evaluate it once here.
-            self.rgb = np.maximum(sh[:, 0, :] * np.float32(C0) + np.float32(0.5), 0.0).astype(np.float32)
-            self.sh = np.zeros((0, 1, 3), np.float32)
-        else:
-            self.rgb = np.zeros((0, 3), np.float32)
-            self.sh = sh
-        self.chunk_start = np.concatenate(
-            [p["chunk_start"] + a for p, a in zip(preps, self.g0[:-1])] + [np.zeros(0, np.int64)]
-        )
-        self.chunk_end = np.concatenate(
-            [p["chunk_end"] + a for p, a in zip(preps, self.g0[:-1])] + [np.zeros(0, np.int64)]
-        )
-        self.chunk_aabb = np.concatenate([p["chunk_aabb"] for p in preps] + [np.zeros((0, 6), np.float32)])
-        self.chunk_smax = np.concatenate([p["chunk_smax"] for p in preps] + [np.zeros(0, np.float32)])
-
-
-_BANKS: OrderedDict = OrderedDict()
-_BANK_CACHE_SIZE = int(os.environ.get("SPLATDRIVE_CPU_BANKS", "2"))
-
-
-def _bank_for(clouds: list[GaussianCloud]) -> _Bank:
-    key = tuple(id(c) for c in clouds)
-    bank = _BANKS.get(key)
-    if bank is not None and all(a is b for a, b in zip(bank.clouds, clouds)):
-        _BANKS.move_to_end(key)
-        return bank
-    bank = _Bank(clouds)
-    _BANKS[key] = bank
-    while len(_BANKS) > _BANK_CACHE_SIZE:
-        _BANKS.popitem(last=False)
-    return bank
+_ARENA = _Arena()
 
 
 # --------------------------------------------------------------------------------------------------
 # Kernels
 # --------------------------------------------------------------------------------------------------
 
+# A projected Gaussian is one 64-byte record, one cache line: the rasteriser visits a tile's
+# Gaussians in depth order, which is random in memory, and so loads one line per Gaussian instead
+# of one per field (the old layout's seven arrays cost seven misses).
+REC = 16
+R_X, R_Y, R_CA, R_CB, R_CC, R_OP, R_LIM, R_R, R_G, R_B, R_Z, R_X0, R_X1, R_Y0, R_Y1, R_OK = range(REC)
+# Slots per projection job (a run of work items of one view): several jobs per view keep every
+# thread busy even with one camera, and each job counts its own Gaussians per tile, race-free.
+JOB_SLOTS = 4096
+
+_F2 = np.float32(2.0)
+_F3 = np.float32(EXTENT_SIGMAS)
+_F03 = np.float32(0.3)
+_F001 = np.float32(0.01)
+_LOW_PASS32 = np.float32(LOW_PASS)
+_LIM_REL = np.float32(1.0 + 1e-5)
+_LIM_ABS = np.float32(1e-6)
+_EXT_REL = np.float32(1.0001)
+_EXT_ABS = np.float32(1e-3)
+
 
 @nb.njit(**_JIT)
-def _cull(pair_view, pair_cloud, eff, Ks, k0, chunk_start, chunk_end, aabb, smax, W, H, near, far):
-    """Visible (pair, chunk) work items, grouped by view. Returns (work_pair, work_chunk, work_off)."""
+def _cull(pair_view, pair_k0, pair_k1, eff, Ks, chunk_n, aabb, smax, W, H, near, far):
+    """Visible (pair, chunk) work items grouped by view, and the projection jobs over them.
+
+    Returns (work_pair, work_chunk, work_off, job_w0): item i's Gaussians go to slots
+    [work_off[i], work_off[i + 1]); job j projects items [job_w0[j], job_w0[j + 1]), all of one view.
+    """
     P = pair_view.shape[0]
     cap = 0
     for p in range(P):
-        cap += k0[pair_cloud[p] + 1] - k0[pair_cloud[p]]
+        cap += pair_k1[p] - pair_k0[p]
     work_pair = np.empty(cap, np.int64)
     work_chunk = np.empty(cap, np.int64)
     n = 0
@@ -193,8 +278,7 @@ def _cull(pair_view, pair_cloud, eff, Ks, k0, chunk_start, chunk_end, aabb, smax
         limy = max((H - cy) / fy, cy / fy) + 0.3 * H / fy
         jnorm = math.sqrt(fx * fx * (1.0 + limx * limx) + fy * fy * (1.0 + limy * limy))
         M = eff[p]
-        u = pair_cloud[p]
-        for k in range(k0[u], k0[u + 1]):
+        for k in range(pair_k0[p], pair_k1[p]):
             A = EXTENT_SIGMAS * smax[k] * jnorm
             for i in range(8):
                 px = aabb[k, 3] if (i & 1) else aabb[k, 0]
@@ -225,12 +309,23 @@ def _cull(pair_view, pair_cloud, eff, Ks, k0, chunk_start, chunk_end, aabb, smax
     work_off[0] = 0
     for i in range(n):
         k = work_chunk[i]
-        work_off[i + 1] = work_off[i] + chunk_end[k] - chunk_start[k]
-    return work_pair[:n], work_chunk[:n], work_off
+        work_off[i + 1] = work_off[i] + chunk_n[k]
+    job_w0 = np.empty(n + 1, np.int64)
+    nj = 0
+    job_w0[0] = 0
+    for i in range(1, n):
+        new_view = pair_view[work_pair[i]] != pair_view[work_pair[i - 1]]
+        if new_view or work_off[i] - work_off[job_w0[nj]] >= JOB_SLOTS:
+            nj += 1
+            job_w0[nj] = i
+    if n > 0:
+        nj += 1
+        job_w0[nj] = n
+    return work_pair[:n], work_chunk[:n], work_off, job_w0[: nj + 1]
 
 
 @nb.njit(**_JIT, inline="always")
-def _sh_color(sh, g, dx, dy, dz, degree, out, o):
+def _sh_color(sh, g, dx, dy, dz, degree, out, o, c0):
     inv = 1.0 / max(math.sqrt(dx * dx + dy * dy + dz * dz), 1e-12)
     x, y, z = dx * inv, dy * inv, dz * inv
     xx, yy, zz = x * x, y * y, z * z
@@ -256,188 +351,238 @@ def _sh_color(sh, g, dx, dy, dz, degree, out, o):
                 + C3[5] * z * (xx - yy) * sh[g, 14, ch]
                 + C3[6] * x * (xx - 3.0 * yy) * sh[g, 15, ch]
             )
-        out[o, ch] = max(v + 0.5, 0.0)
+        out[o, c0 + ch] = max(v + 0.5, 0.0)
+
+
+# rows of the projection scratch (one chunk): pixel centre, conic halves, sigma limit, pixel box, depth, ok
+Q_U, Q_V, Q_CA, Q_CB, Q_CC, Q_LIM, Q_X0, Q_X1, Q_Y0, Q_Y1, Q_Z, Q_OK = range(12)
+Q_ROWS = 12
+
+
+@nb.njit(**_JIT)
+def _project_chunk(soa, k, n, M, fx, fy, cx, cy, lim_xp, lim_xn, lim_yp, lim_yn, Wf, Hf, near, far, q):
+    """EWA-project chunk k's first n Gaussians into the rows of q (float32, the reference's math).
+
+    Branch-free, so that LLVM vectorises it: every Gaussian is carried through, and q[Q_OK] says
+    which ones draw (in front, inside (near, far), det > 0, box on screen, opacity >= 1/255)."""
+    r00, r01, r02, t0 = M[0, 0], M[0, 1], M[0, 2], M[0, 3]
+    r10, r11, r12, t1 = M[1, 0], M[1, 1], M[1, 2], M[1, 3]
+    r20, r21, r22, t2 = M[2, 0], M[2, 1], M[2, 2], M[2, 3]
+    w1, h1 = Wf - _ONE, Hf - _ONE
+    base = k * (SOA_ROWS * CHUNK)
+    for i in range(n):
+        g = base + i
+        mx, my, mz = soa[g + P_MX * CHUNK], soa[g + (P_MX + 1) * CHUNK], soa[g + (P_MX + 2) * CHUNK]
+        z = r20 * mx + r21 * my + r22 * mz + t2
+        x = r00 * mx + r01 * my + r02 * mz + t0
+        y = r10 * mx + r11 * my + r12 * mz + t1
+        rz = _ONE / z
+        tx = z * min(lim_xp, max(-lim_xn, x * rz))
+        ty = z * min(lim_yp, max(-lim_yn, y * rz))
+        # Σ_2d = J R Σ R^T J^T with J = [[j00, 0, j02], [0, j11, j12]]: A = J R first (2 x 3)
+        j00 = fx * rz
+        j02 = -fx * tx * rz * rz
+        j11 = fy * rz
+        j12 = -fy * ty * rz * rz
+        a0, a1, a2 = j00 * r00 + j02 * r20, j00 * r01 + j02 * r21, j00 * r02 + j02 * r22
+        b0, b1, b2 = j11 * r10 + j12 * r20, j11 * r11 + j12 * r21, j11 * r12 + j12 * r22
+        sa, sb, sc = soa[g + P_COV * CHUNK], soa[g + (P_COV + 1) * CHUNK], soa[g + (P_COV + 2) * CHUNK]
+        sd, se, sf = soa[g + (P_COV + 3) * CHUNK], soa[g + (P_COV + 4) * CHUNK], soa[g + (P_COV + 5) * CHUNK]
+        u0 = a0 * sa + a1 * sb + a2 * sc
+        u1 = a0 * sb + a1 * sd + a2 * se
+        u2 = a0 * sc + a1 * se + a2 * sf
+        a = u0 * a0 + u1 * a1 + u2 * a2 + _LOW_PASS32
+        b = u0 * b0 + u1 * b1 + u2 * b2
+        v0 = b0 * sa + b1 * sb + b2 * sc
+        v1 = b0 * sb + b1 * sd + b2 * se
+        v2 = b0 * sc + b1 * se + b2 * sf
+        c = v0 * b0 + v1 * b1 + v2 * b2 + _LOW_PASS32
+        det = a * c - b * b
+        mid = _HALF * (a + c)
+        lam = mid + np.sqrt(max(mid * mid - det, _F001))
+        rad = np.ceil(_F3 * np.sqrt(lam))
+        u = fx * x * rz + cx
+        vv = fy * y * rz + cy
+        # alpha >= 1/255 needs sigma <= L = ln(255 o); that ellipse reaches sqrt(2 L a) px along x and
+        # sqrt(2 L c) along y. Pixels beyond are skipped by the reference too, so shrinking the 3-sigma
+        # box to it changes nothing but the work (the margin covers rounding).
+        lim_sigma = soa[g + P_LNOP * CHUNK] * _LIM_REL + _LIM_ABS
+        hx = min(rad, np.sqrt(_F2 * lim_sigma * a) * _EXT_REL + _EXT_ABS)
+        hy = min(rad, np.sqrt(_F2 * lim_sigma * c) * _EXT_REL + _EXT_ABS)
+        # Pixel j's centre j + 0.5 lies in [u - h, u + h].
+        x0 = max(_ZERO, np.ceil(u - hx - _HALF))
+        x1 = min(w1, np.floor(u + hx - _HALF))
+        y0 = max(_ZERO, np.ceil(vv - hy - _HALF))
+        y1 = min(h1, np.floor(vv + hy - _HALF))
+        ok = (z > near) & (z < far) & (det > _ZERO) & (soa[g + P_OP * CHUNK] >= _ALPHA_MIN32)
+        ok &= (u + rad > _ZERO) & (u - rad < Wf) & (vv + rad > _ZERO) & (vv - rad < Hf)
+        ok &= (x0 <= x1) & (y0 <= y1)
+        idet = _ONE / det
+        q[i + Q_U * CHUNK] = u
+        q[i + Q_V * CHUNK] = vv
+        q[i + Q_CA * CHUNK] = _HALF * c * idet
+        q[i + Q_CB * CHUNK] = -b * idet
+        q[i + Q_CC * CHUNK] = _HALF * a * idet
+        q[i + Q_LIM * CHUNK] = lim_sigma
+        q[i + Q_X0 * CHUNK] = x0
+        q[i + Q_X1 * CHUNK] = x1
+        q[i + Q_Y0 * CHUNK] = y0
+        q[i + Q_Y1 * CHUNK] = y1
+        q[i + Q_Z * CHUNK] = z
+        q[i + Q_OK * CHUNK] = _ONE if ok else _ZERO
 
 
 @nb.njit(**_JIT, parallel=True)
-def _project(work_pair, work_chunk, work_off, pair_view, eff, campos, Ks, chunk_start, chunk_end,
-             means, cov, opac, lnop, rgb, sh, degree, W, H, near, far,
-             o_valid, o_xy, o_conic, o_op, o_lim, o_col, o_depth, o_rect):  # fmt: skip
-    """Project every Gaussian of every work item into its slot; invalid slots get o_valid = 0."""
-    for w in nb.prange(work_pair.shape[0]):
-        p = work_pair[w]
-        v = pair_view[p]
-        M = eff[p]
-        fx, fy, cx, cy = Ks[v, 0, 0], Ks[v, 1, 1], Ks[v, 0, 2], Ks[v, 1, 2]
-        lim_xp = (W - cx) / fx + 0.3 * W / fx
-        lim_xn = cx / fx + 0.3 * W / fx
-        lim_yp = (H - cy) / fy + 0.3 * H / fy
-        lim_yn = cy / fy + 0.3 * H / fy
-        r00, r01, r02, t0 = M[0, 0], M[0, 1], M[0, 2], M[0, 3]
-        r10, r11, r12, t1 = M[1, 0], M[1, 1], M[1, 2], M[1, 3]
-        r20, r21, r22, t2 = M[2, 0], M[2, 1], M[2, 2], M[2, 3]
-        k = work_chunk[w]
-        s = work_off[w]
-        for g in range(chunk_start[k], chunk_end[k]):
-            o = s + g - chunk_start[k]
-            o_valid[o] = 0
-            mx, my, mz = means[g, 0], means[g, 1], means[g, 2]
-            z = r20 * mx + r21 * my + r22 * mz + t2
-            if z <= near or z >= far:
-                continue
-            x = r00 * mx + r01 * my + r02 * mz + t0
-            y = r10 * mx + r11 * my + r12 * mz + t1
-            # Σ_c = R Σ R^T, with Σ = [[a, b, c], [b, d, e], [c, e, f]]
-            sa, sb, sc, sd, se, sf = cov[g, 0], cov[g, 1], cov[g, 2], cov[g, 3], cov[g, 4], cov[g, 5]
-            m00 = r00 * sa + r01 * sb + r02 * sc
-            m01 = r00 * sb + r01 * sd + r02 * se
-            m02 = r00 * sc + r01 * se + r02 * sf
-            m10 = r10 * sa + r11 * sb + r12 * sc
-            m11 = r10 * sb + r11 * sd + r12 * se
-            m12 = r10 * sc + r11 * se + r12 * sf
-            m20 = r20 * sa + r21 * sb + r22 * sc
-            m21 = r20 * sb + r21 * sd + r22 * se
-            m22 = r20 * sc + r21 * se + r22 * sf
-            cxx = m00 * r00 + m01 * r01 + m02 * r02
-            cxy = m00 * r10 + m01 * r11 + m02 * r12
-            cxz = m00 * r20 + m01 * r21 + m02 * r22
-            cyy = m10 * r10 + m11 * r11 + m12 * r12
-            cyz = m10 * r20 + m11 * r21 + m12 * r22
-            czz = m20 * r20 + m21 * r21 + m22 * r22
-            rz = 1.0 / z
-            tx = z * min(lim_xp, max(-lim_xn, x * rz))
-            ty = z * min(lim_yp, max(-lim_yn, y * rz))
-            j00 = fx * rz
-            j02 = -fx * tx * rz * rz
-            j11 = fy * rz
-            j12 = -fy * ty * rz * rz
-            a = j00 * j00 * cxx + 2.0 * j00 * j02 * cxz + j02 * j02 * czz + LOW_PASS
-            b = j00 * j11 * cxy + j00 * j12 * cxz + j02 * j11 * cyz + j02 * j12 * czz
-            c = j11 * j11 * cyy + 2.0 * j11 * j12 * cyz + j12 * j12 * czz + LOW_PASS
-            det = a * c - b * b
-            if det <= 0.0:
-                continue
-            mid = 0.5 * (a + c)
-            lam = mid + math.sqrt(max(mid * mid - det, 0.01))
-            rad = math.ceil(EXTENT_SIGMAS * math.sqrt(lam))
-            u = fx * x * rz + cx
-            vv = fy * y * rz + cy
-            if u + rad <= 0.0 or u - rad >= W or vv + rad <= 0.0 or vv - rad >= H:
-                continue
-            op = opac[g]
-            if op < ALPHA_MIN:
-                continue  # never reaches 1/255 anywhere
-            # alpha >= 1/255 needs sigma <= L = ln(255 o); that ellipse reaches sqrt(2 L a) px along x and
-            # sqrt(2 L c) along y. Pixels beyond are skipped by the reference too, so shrinking the
-            # 3-sigma box to it changes nothing but the work (the margin covers rounding).
-            lim_sigma = lnop[g] * (1.0 + 1e-5) + 1e-6
-            hx = min(rad, math.sqrt(2.0 * lim_sigma * a) * 1.0001 + 1e-3)
-            hy = min(rad, math.sqrt(2.0 * lim_sigma * c) * 1.0001 + 1e-3)
-            # Pixel j's centre j + 0.5 lies in [u - h, u + h].
-            x0 = max(0, math.ceil(u - hx - 0.5))
-            x1 = min(W - 1, math.floor(u + hx - 0.5))
-            y0 = max(0, math.ceil(vv - hy - 0.5))
-            y1 = min(H - 1, math.floor(vv + hy - 0.5))
-            if x0 > x1 or y0 > y1:
-                continue
-            idet = 1.0 / det
-            o_valid[o] = 1
-            o_xy[o, 0] = u
-            o_xy[o, 1] = vv
-            o_conic[o, 0] = c * idet
-            o_conic[o, 1] = -b * idet
-            o_conic[o, 2] = a * idet
-            o_op[o] = op
-            o_lim[o] = lim_sigma
-            o_depth[o] = z
-            o_rect[o, 0] = x0
-            o_rect[o, 1] = x1
-            o_rect[o, 2] = y0
-            o_rect[o, 3] = y1
-            if degree == 0:
-                o_col[o, 0] = rgb[g, 0]
-                o_col[o, 1] = rgb[g, 1]
-                o_col[o, 2] = rgb[g, 2]
-            else:
-                _sh_color(sh, g, mx - campos[p, 0], my - campos[p, 1], mz - campos[p, 2], degree, o_col, o)
+def _project(job_w0, work_pair, work_chunk, work_off, pair_view, eff, campos, Ks, chunk_n, chunk_deg, chunk_sh,
+             soa, rgb, sh, W, H, near, far, n_tx, rec, job_count):  # fmt: skip
+    """Project every Gaussian of every work item into its record; a record that draws nothing gets
+    R_OK = 0. job_count[j, t]: job j's Gaussians touching tile t of its view."""
+    Wf, Hf = np.float32(W), np.float32(H)
+    near32, far32 = np.float32(near), np.float32(far)
+    for j in nb.prange(job_w0.shape[0] - 1):
+        cnt = job_count[j]
+        cnt[:] = 0
+        q = np.empty(Q_ROWS * CHUNK, np.float32)
+        for w in range(job_w0[j], job_w0[j + 1]):
+            p = work_pair[w]
+            v = pair_view[p]
+            fx, fy, cx, cy = Ks[v, 0, 0], Ks[v, 1, 1], Ks[v, 0, 2], Ks[v, 1, 2]
+            lim_xp = (Wf - cx) / fx + _F03 * Wf / fx
+            lim_xn = cx / fx + _F03 * Wf / fx
+            lim_yp = (Hf - cy) / fy + _F03 * Hf / fy
+            lim_yn = cy / fy + _F03 * Hf / fy
+            k = work_chunk[w]
+            n = chunk_n[k]
+            degree = chunk_deg[k]
+            g0 = k * CHUNK
+            h0 = chunk_sh[k] * CHUNK
+            _project_chunk(soa, k, n, eff[p], fx, fy, cx, cy, lim_xp, lim_xn, lim_yp, lim_yn, Wf, Hf, near32, far32, q)
+            o0 = work_off[w]
+            base = k * (SOA_ROWS * CHUNK)
+            for i in range(n):
+                o = o0 + i
+                if q[i + Q_OK * CHUNK] == _ZERO:
+                    rec[o, R_OK] = _ZERO
+                    continue
+                rec[o, R_X] = q[i + Q_U * CHUNK]
+                rec[o, R_Y] = q[i + Q_V * CHUNK]
+                rec[o, R_CA] = q[i + Q_CA * CHUNK]
+                rec[o, R_CB] = q[i + Q_CB * CHUNK]
+                rec[o, R_CC] = q[i + Q_CC * CHUNK]
+                rec[o, R_OP] = soa[base + P_OP * CHUNK + i]
+                rec[o, R_LIM] = q[i + Q_LIM * CHUNK]
+                rec[o, R_Z] = q[i + Q_Z * CHUNK]
+                rec[o, R_X0] = q[i + Q_X0 * CHUNK]
+                rec[o, R_X1] = q[i + Q_X1 * CHUNK]
+                rec[o, R_Y0] = q[i + Q_Y0 * CHUNK]
+                rec[o, R_Y1] = q[i + Q_Y1 * CHUNK]
+                rec[o, R_OK] = _ONE
+                g = g0 + i
+                if degree == 0:
+                    rec[o, R_R] = rgb[g, 0]
+                    rec[o, R_G] = rgb[g, 1]
+                    rec[o, R_B] = rgb[g, 2]
+                else:
+                    dx = soa[base + P_MX * CHUNK + i] - campos[p, 0]
+                    dy = soa[base + (P_MX + 1) * CHUNK + i] - campos[p, 1]
+                    dz = soa[base + (P_MX + 2) * CHUNK + i] - campos[p, 2]
+                    _sh_color(sh, h0 + i, dx, dy, dz, degree, rec, o, R_R)
+                x0, x1 = int(q[i + Q_X0 * CHUNK]) // TILE, int(q[i + Q_X1 * CHUNK]) // TILE
+                for ty in range(int(q[i + Q_Y0 * CHUNK]) // TILE, int(q[i + Q_Y1 * CHUNK]) // TILE + 1):
+                    for tx in range(x0, x1 + 1):
+                        cnt[ty * n_tx + tx] += 1
+
+
+@nb.njit(**_JIT)
+def _tile_offsets(job_view, job_count, tile_off, job_cursor):
+    """tile_off over (view, tile); job_cursor[j, t]: where job j writes its first entry of tile t.
+    Jobs are in slot order, so every tile's list comes out in slot order."""
+    tpv = job_count.shape[1]
+    tile_off[:] = 0
+    for j in range(job_count.shape[0]):
+        base = job_view[j] * tpv
+        for t in range(tpv):
+            tile_off[base + t + 1] += job_count[j, t]
+    for i in range(tile_off.shape[0] - 1):
+        tile_off[i + 1] += tile_off[i]
+    run = tile_off[:-1].copy()
+    for j in range(job_count.shape[0]):
+        base = job_view[j] * tpv
+        for t in range(tpv):
+            job_cursor[j, t] = run[base + t]
+            run[base + t] += job_count[j, t]
 
 
 @nb.njit(**_JIT, parallel=True)
-def _count_tiles(view_slot0, o_valid, o_rect, n_tx, n_ty, tile_count):
-    """Gaussians per tile of every view (slots read in order: cache-friendly)."""
-    V = view_slot0.shape[0] - 1
-    for v in nb.prange(V):
-        base = v * n_tx * n_ty
-        for s in range(view_slot0[v], view_slot0[v + 1]):
-            if o_valid[s]:
-                for ty in range(o_rect[s, 2] // TILE, o_rect[s, 3] // TILE + 1):
-                    for tx in range(o_rect[s, 0] // TILE, o_rect[s, 1] // TILE + 1):
-                        tile_count[base + ty * n_tx + tx] += 1
-
-
-@nb.njit(**_JIT, parallel=True)
-def _fill_tiles(view_slot0, o_valid, o_rect, n_tx, n_ty, tile_off, tile_list):
-    """Each tile's list of slots, in slot order (sorted by depth afterwards, tile by tile)."""
-    V = view_slot0.shape[0] - 1
-    for v in nb.prange(V):
-        base = v * n_tx * n_ty
-        cursor = tile_off[base : base + n_tx * n_ty].copy()
-        for s in range(view_slot0[v], view_slot0[v + 1]):
-            if o_valid[s]:
-                for ty in range(o_rect[s, 2] // TILE, o_rect[s, 3] // TILE + 1):
-                    for tx in range(o_rect[s, 0] // TILE, o_rect[s, 1] // TILE + 1):
+def _fill_tiles(job_w0, work_off, rec, n_tx, job_cursor, tile_list):
+    """Each tile's list of slots (sorted by depth later, tile by tile), jobs in parallel."""
+    for j in nb.prange(job_w0.shape[0] - 1):
+        cur = job_cursor[j]
+        for o in range(work_off[job_w0[j]], work_off[job_w0[j + 1]]):
+            if rec[o, R_OK] != _ZERO:
+                x0, x1 = int(rec[o, R_X0]) // TILE, int(rec[o, R_X1]) // TILE
+                for ty in range(int(rec[o, R_Y0]) // TILE, int(rec[o, R_Y1]) // TILE + 1):
+                    for tx in range(x0, x1 + 1):
                         t = ty * n_tx + tx
-                        tile_list[cursor[t]] = s
-                        cursor[t] += 1
+                        tile_list[cur[t]] = o
+                        cur[t] += 1
+
+
+_U8 = np.uint64(8)
+_U255 = np.uint64(255)
+_U32 = np.uint64(32)
+_LOW32 = np.uint64(0xFFFFFFFF)
+
+
+@nb.njit(**_JIT)
+def _depth_sort(lst, keys):
+    """Sort the slots ``lst`` in place by keys[s, R_Z] (a positive float's bits, so they order as
+    unsigned integers), front to back and stable: equal depths stay in slot order."""
+    n = lst.shape[0]
+    if n <= 32:  # insertion sort: short lists are common at the image edges
+        for i in range(1, n):
+            s = lst[i]
+            k = keys[s, R_Z]
+            j = i - 1
+            while j >= 0 and keys[lst[j], R_Z] > k:
+                lst[j + 1] = lst[j]
+                j -= 1
+            lst[j + 1] = s
+        return
+    # LSD radix sort of (key, slot) pairs, 8-bit digits: all four histograms in one pass, and a
+    # digit that every key shares (common in the exponent byte) costs no pass at all
+    pairs = np.empty(n, np.uint64)
+    hist = np.zeros((4, 256), np.int64)
+    for i in range(n):
+        k = keys[lst[i], R_Z]
+        pairs[i] = (np.uint64(k) << _U32) | np.uint64(lst[i])
+        hist[0, k & 255] += 1
+        hist[1, (k >> 8) & 255] += 1
+        hist[2, (k >> 16) & 255] += 1
+        hist[3, k >> 24] += 1
+    tmp = np.empty(n, np.uint64)
+    for d in range(4):
+        shift = _U32 + _U8 * np.uint64(d)
+        h = hist[d]
+        if h[(pairs[0] >> shift) & _U255] == n:
+            continue
+        run = 0
+        for b in range(256):
+            c = h[b]
+            h[b] = run
+            run += c
+        for i in range(n):
+            b = (pairs[i] >> shift) & _U255
+            tmp[h[b]] = pairs[i]
+            h[b] += 1
+        pairs, tmp = tmp, pairs
+    for i in range(n):
+        lst[i] = pairs[i] & _LOW32
 
 
 @nb.njit(**_JIT, parallel=True)
-def _sort_tiles(tile_off, tile_list, o_depth):
-    """Sort every tile's list by depth (front to back): LSD radix sort of (depth bits, slot) pairs.
-
-    Depths are > 0, so their float bits order as unsigned integers; a stable sort keeps equal
-    depths in slot order.
-    """
-    keys_all = o_depth.view(np.uint32)
-    for t in nb.prange(tile_off.shape[0] - 1):
-        a, b = tile_off[t], tile_off[t + 1]
-        n = b - a
-        if n < 2:
-            continue
-        lst = tile_list[a:b]
-        if n <= 32:  # insertion sort: short lists are common at the image edges
-            for i in range(1, n):
-                s = lst[i]
-                k = keys_all[s]
-                j = i - 1
-                while j >= 0 and keys_all[lst[j]] > k:
-                    lst[j + 1] = lst[j]
-                    j -= 1
-                lst[j + 1] = s
-            continue
-        pairs = np.empty(n, np.uint64)
-        for i in range(n):
-            pairs[i] = (np.uint64(keys_all[lst[i]]) << np.uint64(32)) | np.uint64(i)
-        tmp = np.empty(n, np.uint64)
-        for shift in (32, 43, 54):
-            hist = np.zeros(2049, np.int64)
-            for i in range(n):
-                hist[((pairs[i] >> np.uint64(shift)) & np.uint64(2047)) + 1] += 1
-            for i in range(2048):
-                hist[i + 1] += hist[i]
-            for i in range(n):
-                d = (pairs[i] >> np.uint64(shift)) & np.uint64(2047)
-                tmp[hist[d]] = pairs[i]
-                hist[d] += 1
-            pairs, tmp = tmp, pairs
-        orig = lst.copy()
-        for i in range(n):
-            lst[i] = orig[pairs[i] & np.uint64(0xFFFFFFFF)]
-
-
-@nb.njit(**_JIT, parallel=True)
-def _rasterize(tile_off, tile_list, n_tx, n_ty, W, H, o_xy, o_conic, o_op, o_lim, o_col, o_depth, o_rect,
-               exp_table, out_rgb, out_alpha, out_depth):  # fmt: skip
+def _rasterize(tile_off, tile_list, n_tx, n_ty, W, H, rec, keys, exp_table, out_rgb, out_alpha, out_depth):
+    """Per tile, in parallel: sort its list by depth, then composite front to back."""
     n_tiles = n_tx * n_ty
     for job in nb.prange(tile_off.shape[0] - 1):
         v = job // n_tiles
@@ -448,20 +593,22 @@ def _rasterize(tile_off, tile_list, n_tx, n_ty, W, H, o_xy, o_conic, o_op, o_lim
         tw = px1 - px0 + 1
         th = py1 - py0 + 1
         npx = tw * th
+        lst = tile_list[tile_off[job] : tile_off[job + 1]]
+        _depth_sort(lst, keys)
         T = np.ones(npx, np.float32)
         acc = np.zeros((npx, 4), np.float32)  # r, g, b, depth, weighted
         # bit (px - px0) of row_done[py - py0] is set once that pixel has stopped
         row_done = np.zeros(th, np.uint32)
         n_done = 0
-        for i in range(tile_off[job], tile_off[job + 1]):
-            s = tile_list[i]
-            xa, xb = max(px0, o_rect[s, 0]), min(px1, o_rect[s, 1])
-            ya, yb = max(py0, o_rect[s, 2]), min(py1, o_rect[s, 3])
+        for i in range(lst.shape[0]):
+            s = lst[i]
+            xa, xb = max(px0, int(rec[s, R_X0])), min(px1, int(rec[s, R_X1]))
+            ya, yb = max(py0, int(rec[s, R_Y0])), min(py1, int(rec[s, R_Y1]))
             span = np.uint32(((1 << (xb - xa + 1)) - 1) << (xa - px0))
-            gx, gy = o_xy[s, 0], o_xy[s, 1]
-            ca, cbb, cc = o_conic[s, 0] * _HALF, o_conic[s, 1], o_conic[s, 2] * _HALF
-            op, lim = o_op[s], o_lim[s]
-            r, g, b, dz = o_col[s, 0], o_col[s, 1], o_col[s, 2], o_depth[s]
+            gx, gy = rec[s, R_X], rec[s, R_Y]
+            ca, cbb, cc = rec[s, R_CA], rec[s, R_CB], rec[s, R_CC]
+            op, lim = rec[s, R_OP], rec[s, R_LIM]
+            r, g, b, dz = rec[s, R_R], rec[s, R_G], rec[s, R_B], rec[s, R_Z]
             for py in range(ya, yb + 1):
                 rd = row_done[py - py0]
                 if rd & span == span:
@@ -516,6 +663,27 @@ def _rasterize(tile_off, tile_list, n_tx, n_ty, W, H, o_xy, o_conic, o_op, o_lim
 # --------------------------------------------------------------------------------------------------
 
 
+class _Workspace(threading.local):
+    """Per-frame buffers kept between frames (per thread): a fresh 10 MB array each frame costs its
+    page faults again, a millisecond a frame."""
+
+    def __init__(self):
+        self.bufs: dict[str, np.ndarray] = {}
+
+    def get(self, name: str, n: int, dtype, align: int = 64) -> np.ndarray:
+        """A 1-D array of n items (contents undefined), its start aligned to ``align`` bytes."""
+        isz = np.dtype(dtype).itemsize
+        buf = self.bufs.get(name)
+        if buf is None or buf.dtype != dtype or buf.shape[0] < n + align // isz:
+            buf = np.empty(int(1.25 * n) + align // isz + 16, dtype)
+            self.bufs[name] = buf
+        skip = (-buf.ctypes.data % align) // isz
+        return buf[skip : skip + n]
+
+
+_WS = _Workspace()
+
+
 def _parts(scene) -> list[tuple[GaussianCloud, np.ndarray]]:
     return scene.parts() if isinstance(scene, Composite) else [(scene, np.eye(4))]
 
@@ -529,75 +697,64 @@ def render_cpu(scenes, viewmats, Ks, width, height, near=0.01, far=1e10):
     V = S * C
     W, H = int(width), int(height)
     parts = [_parts(sc) for sc in scenes]
-    uniq: dict[int, int] = {}
-    clouds: list[GaussianCloud] = []
-    for ps in parts:
-        for cl, _ in ps:
-            if id(cl) not in uniq:
-                uniq[id(cl)] = len(clouds)
-                clouds.append(cl)
-    bank = _bank_for(clouds)
+    with _ARENA.lock:
+        ranges = {id(cl): _ARENA.chunks(cl) for ps in parts for cl, _ in ps}
+        arena = _ARENA
+        # this frame's view of the arena (a later compaction replaces the arrays, not their contents)
+        soa, rgb, sh = arena.soa.reshape(-1), arena.rgb, arena.sh
+        chunk_n, chunk_aabb, chunk_smax = arena.chunk_n, arena.chunk_aabb, arena.chunk_smax
+        chunk_deg, chunk_sh = arena.chunk_deg, arena.chunk_sh
 
     vm = viewmats.detach().cpu().double().numpy().reshape(V, 4, 4)
     Kn = np.ascontiguousarray(Ks.detach().cpu().double().numpy().reshape(V, 3, 3))
-    pair_view, pair_cloud, eff = [], [], []
+    pair_view, pair_k, eff = [], [], []
     for s, ps in enumerate(parts):
         for cl, T in ps:
             for c in range(C):
                 pair_view.append(s * C + c)
-                pair_cloud.append(uniq[id(cl)])
+                pair_k.append(ranges[id(cl)])
                 eff.append(vm[s * C + c] @ np.asarray(T, dtype=np.float64))
     pair_view = np.asarray(pair_view, np.int64)
-    pair_cloud = np.asarray(pair_cloud, np.int64)
+    pair_k = np.asarray(pair_k, np.int64).reshape(-1, 2)
     order = np.argsort(pair_view, kind="stable")  # work grouped by view
-    pair_view, pair_cloud = pair_view[order], pair_cloud[order]
+    pair_view, pair_k = pair_view[order], pair_k[order]
     eff = np.ascontiguousarray(np.stack(eff)[order]) if len(order) else np.zeros((0, 4, 4))
     # camera centre in each part's frame: for SH directions
     campos = -np.einsum("pji,pj->pi", eff[:, :3, :3], eff[:, :3, 3]) if len(order) else np.zeros((0, 3))
 
-    work_pair, work_chunk, work_off = _cull(
-        pair_view, pair_cloud, eff, Kn, bank.k0, bank.chunk_start, bank.chunk_end,
-        bank.chunk_aabb, bank.chunk_smax, float(W), float(H), float(near), float(far),
+    work_pair, work_chunk, work_off, job_w0 = _cull(
+        pair_view, np.ascontiguousarray(pair_k[:, 0]), np.ascontiguousarray(pair_k[:, 1]), eff, Kn, chunk_n,
+        chunk_aabb, chunk_smax, float(W), float(H), float(near), float(far),
     )  # fmt: skip
     n_slots = int(work_off[-1])
-    o_valid = np.empty(n_slots, np.uint8)
-    o_xy = np.empty((n_slots, 2), np.float32)
-    o_conic = np.empty((n_slots, 3), np.float32)
-    o_op = np.empty(n_slots, np.float32)
-    o_lim = np.empty(n_slots, np.float32)
-    o_col = np.empty((n_slots, 3), np.float32)
-    o_depth = np.zeros(n_slots, np.float32)
-    o_rect = np.empty((n_slots, 4), np.int32)
-    _project(
-        work_pair, work_chunk, work_off, pair_view, eff, np.ascontiguousarray(campos), Kn,
-        bank.chunk_start, bank.chunk_end, bank.means, bank.cov, bank.opac, bank.lnop, bank.rgb, bank.sh,
-        bank.degree, float(W), float(H), float(near), float(far),
-        o_valid, o_xy, o_conic, o_op, o_lim, o_col, o_depth, o_rect,
-    )  # fmt: skip
-
-    # slots of view v: [view_slot0[v], view_slot0[v + 1])
-    item_view = pair_view[work_pair]
-    view_slot0 = np.zeros(V + 1, np.int64)
-    if len(item_view):
-        first = np.searchsorted(item_view, np.arange(V + 1))
-        view_slot0 = work_off[first].astype(np.int64)
+    n_jobs = len(job_w0) - 1
     n_tx, n_ty = (W + TILE - 1) // TILE, (H + TILE - 1) // TILE
-    tile_count = np.zeros(V * n_tx * n_ty, np.int64)
-    _count_tiles(view_slot0, o_valid, o_rect, n_tx, n_ty, tile_count)
-    tile_off = np.zeros(len(tile_count) + 1, np.int64)
-    np.cumsum(tile_count, out=tile_off[1:])
-    tile_list = np.empty(int(tile_off[-1]), np.int64)
-    _fill_tiles(view_slot0, o_valid, o_rect, n_tx, n_ty, tile_off, tile_list)
+    rec = _WS.get("rec", n_slots * REC, np.float32).reshape(n_slots, REC)
+    job_count = np.empty((n_jobs, n_tx * n_ty), np.int64)
+    # float32 from here on, as the reference computes. Every parallel stage hands out its jobs one at a
+    # time: with a static split, a thread the OS has descheduled (2 cores shared with other work)
+    # holds up its whole half of the frame; handed out singly, the other thread takes the rest.
     with nb.parallel_chunksize(1):
-        _sort_tiles(tile_off, tile_list, o_depth)
+        _project(
+            job_w0, work_pair, work_chunk, work_off, pair_view, eff.astype(np.float32), np.ascontiguousarray(campos),
+            Kn.astype(np.float32), chunk_n, chunk_deg, chunk_sh, soa, rgb, sh,
+            W, H, float(near), float(far), n_tx, rec, job_count,
+        )  # fmt: skip
+    job_view = pair_view[work_pair[job_w0[:-1]]]
+    tile_off = np.empty(V * n_tx * n_ty + 1, np.int64)
+    job_cursor = np.empty_like(job_count)
+    _tile_offsets(job_view, job_count, tile_off, job_cursor)
+    tile_list = _WS.get("tiles", int(tile_off[-1]), np.int32)
+    with nb.parallel_chunksize(1):
+        _fill_tiles(job_w0, work_off, rec, n_tx, job_cursor, tile_list)
 
     out_rgb = np.empty((V, H, W, 3), np.float32)
     out_alpha = np.empty((V, H, W), np.float32)
     out_depth = np.empty((V, H, W), np.float32)
-    # tiles differ a lot in work (the horizon holds most Gaussians): hand them out one at a time
+    # tiles differ a lot in work, too (the horizon holds most Gaussians)
     with nb.parallel_chunksize(1):
-        _rasterize(tile_off, tile_list, n_tx, n_ty, W, H, o_xy, o_conic, o_op, o_lim, o_col, o_depth, o_rect,
-                   _EXP_TABLE, out_rgb, out_alpha, out_depth)  # fmt: skip
+        _rasterize(tile_off, tile_list, n_tx, n_ty, W, H, rec, rec.view(np.uint32), _EXP_TABLE,
+                   out_rgb, out_alpha, out_depth)  # fmt: skip
     rgb = torch.from_numpy(out_rgb).reshape(S, C, H, W, 3)
     alpha = torch.from_numpy(out_alpha).reshape(S, C, H, W, 1)
     depth = torch.from_numpy(out_depth).reshape(S, C, H, W, 1)
