@@ -72,7 +72,7 @@ class EnvConfig:
         "none",
         help='Images for ablations (evaluation): "none"; "blank", flat grey (128); "shuffle", another clip\'s '
         "frames (what the rig sees on the expert's pose of another scenario of the pool at the same "
-        "step).",
+        "step; in a pool of one clip, the same clip half its horizon later).",
     )
     navigation_points: int = field(
         5,

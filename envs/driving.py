@@ -11,7 +11,8 @@ Observation: ``envs.observation``, in the mode ``config["observation"]`` (camera
 the ego's own status and navigation from the map; "privileged": ground-truth state, the teacher).
 ``config["camera_ablation"]`` replaces the images for ablations: "blank" (flat grey) or "shuffle"
 (another clip's frames: the rig's view on the expert's pose of another scenario of the pool, the one
-half the pool away, at the same step). Info at every reset and step:
+half the pool away, at the same step; in a pool of one, the same clip half its horizon later).
+Info at every reset and step:
 
 - ``scenario`` (id), ``step`` (0..horizon), ``expert_action`` int64 [2]: the expert's IL label
   (lateral index, longitudinal index) for the observation returned with it, i.e. for the next
@@ -168,15 +169,11 @@ class DrivingEnv(gym.Env):
         self._Ks = self.rig.Ks()  # [C, 3, 3]
         self.observation_space = observation_space(cfg, len(self.rig), width, height)
         self._parts = frozenset(cfg.parts)
-        if cfg.camera_ablation == "shuffle" and len(pool) < 2:
-            raise ValueError(
-                "EnvConfig.camera_ablation: 'shuffle' shows another clip's frames and needs at least 2 "
-                f"scenarios, got {len(pool)}"
-            )
         self._grey: np.ndarray | None = None  # camera_ablation="blank": the flat grey images, made once
         self._nav: RoutePath | None = None  # camera mode: the route from the map's lanes
         self._nav_point = np.empty(2)  # camera mode: the navigation kernel's buffer
-        self._donor: tuple[Any, Any] | None = None  # camera_ablation="shuffle": (ScenarioData, scene) shown
+        # camera_ablation="shuffle": (ScenarioData, scene, step offset) of the clip whose frames are shown
+        self._donor: tuple[Any, Any, int] | None = None
         self._heading_threshold = math.radians(cfg.heading_threshold_deg)
         self._progress_threshold = float(cfg.progress_threshold) if cfg.progress_event else None
         self._point = np.empty((1, 2))  # the matched path point (a reused buffer)
@@ -304,9 +301,11 @@ class DrivingEnv(gym.Env):
         self._last_event = ""
         self._last = (0.0, float(d.start_state[3]) * ANCHOR_HORIZON)  # the anchor that holds the speed
         self._nav = route_path(d.scenario) if "navigation" in self._parts or "command" in self._parts else None
-        if cfg.camera_ablation == "shuffle":
-            other = self.pool.data((k + len(self.pool) // 2) % len(self.pool))
-            self._donor = (other, other.load_scene() if "cameras" in self._parts else None)
+        if cfg.camera_ablation == "shuffle":  # the clip half the pool away; alone, itself half its horizon on
+            n = len(self.pool)
+            other = self.pool.data((k + n // 2) % n) if n > 1 else d
+            offset = 0 if n > 1 else (d.horizon + 1) // 2
+            self._donor = (other, other.load_scene() if "cameras" in self._parts else None, offset)
         self._measure()
         self._obs = self._observe()
         self._active = True
@@ -502,11 +501,11 @@ class DrivingEnv(gym.Env):
         if not ("cameras" in self._parts or force):
             return None
         if self._donor is not None:
-            other, scene = self._donor
+            other, scene, offset = self._donor
             if scene is None:
                 scene = other.load_scene()
-                self._donor = (other, scene)
-            t = min(self._t, other.horizon)
+                self._donor = (other, scene, offset)
+            t = (self._t + offset) % (other.horizon + 1) if offset else min(self._t, other.horizon)
             x, y, z, yaw = (float(v) for v in other.expert_poses[t])
             viewmats = self.rig.viewmats(pose_matrix(x, y, z, yaw))
             return scene.compose(t), viewmats, float(other.scenario.render_distance)

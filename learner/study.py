@@ -19,6 +19,14 @@ and ``eval-s<s>/`` (each seed's full evaluation report).
 
 The target (issue 10): RL+IL lowers the test CR against IL with the paired interval excluding zero,
 at route completion >= 0.95 x IL's and a deviation rate no worse.
+
+Do the images matter (issue 11)? Each seed trains ``stage=perception+il+rl`` in camera mode (the
+default: images, the ego's own motion, navigation from the map). With ``ablations`` (on by default)
+its final camera policy also drives ``eval_suite`` with its cameras blanked (flat grey) and with
+another clip's frames (``env.camera_ablation=blank|shuffle``), paired clip by clip with its own
+images; with ``teacher`` a privileged teacher (``env.observation=privileged``, cameras off, stage
+il+rl, the same budget) is trained beside it, run ``<name>-s<s>-teacher``. study.md's "Images" section
+has them all with intervals, and stage perception's metrics on val (``perception.md`` per run).
 """
 
 from __future__ import annotations
@@ -40,7 +48,7 @@ from evaluation.evaluate import EvaluateConfig
 from evaluation.evaluate import run as run_evaluation
 from evaluation.metrics import clip_values, rad_metrics
 from evaluation.stats import mcnemar, paired_difference, seed_interval
-from learner.config import EvalConfig, ILConfig, RolloutConfig, StoreConfig, TrainConfig
+from learner.config import EvalConfig, ILConfig, PerceptionConfig, RolloutConfig, StoreConfig, TrainConfig
 from learner.train import il_snapshot_name, train
 from sim.configs import field, non_defaults, parse_cli, to_dict
 
@@ -59,7 +67,10 @@ PAIRED = (("collision", "CR"), ("RC", "RC"), ("DS", "driving score"))
 
 # The study's budget: 400 RL iterations x (2 actors x 4 envs x 32 steps) = 102,400 env-steps of RL per
 # seed, after 60 IL iterations; evaluation on val every 50 RL iterations gives the learning curve.
+# Stage perception first: 840 training frames (every 4th step of the 42 clips), 30 epochs.
 STUDY_TRAIN = TrainConfig(
+    stage="perception+il+rl",
+    perception=PerceptionConfig(every=4, epochs=30),
     iterations=400,
     store=StoreConfig(checkpoint_every=50),
     rollout=RolloutConfig(num_actors=2, envs_per_actor=4, fragment_length=32),
@@ -79,18 +90,38 @@ class StudyConfig:
     eval_num_envs: int = field(4, help="environments each evaluation actor steps together")
     videos: int = field(0, help="clips filmed per policy in each seed's evaluation")
     train: TrainConfig = field(STUDY_TRAIN, help="the training run of every seed (run, seed and stage are set)")
+    ablations: bool = field(
+        True,
+        help="also drive each seed's camera policy (RL+IL) with its cameras blanked (flat grey) and with another "
+        "clip's frames (env.camera_ablation=blank, shuffle): do the images matter?",
+    )
+    teacher: bool = field(
+        False,
+        help="also train and evaluate a privileged teacher per seed (env.observation=privileged, env.cameras=false, "
+        "stage il+rl, the same budget): the upper bound",
+    )
 
     def __post_init__(self):
         if self.seeds < 1 or self.first_seed < 0:
             raise ValueError(f"seeds >= 1 and first_seed >= 0 are required, got {self.seeds}, {self.first_seed}")
-        if self.train.stage != "il+rl":
-            raise ValueError(f"train.stage: the study trains il+rl (IL, then RL+IL from it), got {self.train.stage!r}")
+        if self.train.stage not in ("il+rl", "perception+il+rl"):
+            raise ValueError(
+                f"train.stage: the study trains IL, then RL+IL from it (il+rl or perception+il+rl), got "
+                f"{self.train.stage!r}"
+            )
 
 
 def seed_run(cfg: StudyConfig, seed: int) -> TrainConfig:
     """The training config of one seed."""
     tracking = dataclasses.replace(cfg.train.tracking, out=str(Path(cfg.out) / "runs"))
     return dataclasses.replace(cfg.train, run=f"{cfg.name}-s{seed}", seed=seed, tracking=tracking)
+
+
+def teacher_run(cfg: StudyConfig, seed: int) -> TrainConfig:
+    """The privileged teacher of one seed: ground truth instead of images (no cameras, no perception)."""
+    tcfg = seed_run(cfg, seed)
+    env = dataclasses.replace(tcfg.env, observation="privileged", cameras=False, camera_ablation="none")
+    return dataclasses.replace(tcfg, run=f"{cfg.name}-s{seed}-teacher", stage="il+rl", env=env)
 
 
 def policy_specs(tcfg: TrainConfig) -> dict[str, str]:
@@ -114,12 +145,14 @@ def train_seed(tcfg: TrainConfig) -> dict:
             row = json.loads(line)
             if "charts/episodic_return" in row:
                 returns.append((int(row["step"]), float(row["charts/episodic_return"])))
+    perception = result.perception or {}
     return {
         "run": result.run,
         "env_steps": int(result.state.env_steps),
         "train_seconds": time.perf_counter() - t0,
         "val_history": history,
         "returns": returns,
+        "perception": (perception.get("metrics") or {}).get("all"),
     }
 
 
@@ -150,6 +183,96 @@ def evaluate_seed(cfg: StudyConfig, tcfg: TrainConfig, seed: int) -> dict:
             "clips": {r["scenario"]: clip_values(r) for r in recs},
         }
     return {"eval_seconds": time.perf_counter() - t0, "report": str(out / "report.md"), "stages": stages}
+
+
+# what the camera policy is held against: (label, camera_ablation) -- and the teacher, when trained
+ABLATIONS = (("cameras blanked", "blank"), ("another clip's frames", "shuffle"))
+CAMERA_POLICY = "camera policy"
+TEACHER = "privileged teacher"
+
+
+def evaluate_policy(cfg: StudyConfig, spec: str, env: dict, out: Path, seed: int, ray_address: str) -> dict:
+    """One policy on ``eval_suite`` with the env settings ``env``: its metrics and per-clip values."""
+    ecfg = EvaluateConfig(
+        policy=spec,
+        suite=cfg.eval_suite,
+        out=str(out),
+        env=env,
+        seed=seed,
+        num_actors=cfg.eval_num_actors,
+        num_envs=cfg.eval_num_envs,
+        videos=cfg.videos,
+        ray_address=ray_address,
+    )
+    t0 = time.perf_counter()
+    res = run_evaluation(ecfg)
+    recs = res.records[res.summary["order"][0]]
+    return {
+        "policy": spec,
+        "env": env,
+        "eval_seconds": time.perf_counter() - t0,
+        "report": str(out / "report.md"),
+        "metrics": rad_metrics(recs),
+        "clips": {r["scenario"]: clip_values(r) for r in recs},
+    }
+
+
+def images_seed(cfg: StudyConfig, tcfg: TrainConfig, seed: int) -> dict:
+    """The seed's camera policy with other images (ABLATIONS), and the privileged teacher (trained here,
+    or found trained) when ``cfg.teacher``: {label: evaluate_policy(...)}."""
+    out: dict[str, dict] = {}
+    spec = policy_specs(tcfg)["rl+il"]
+    if cfg.ablations and tcfg.env.observation == "camera" and tcfg.env.cameras:
+        for label, ablation in ABLATIONS:
+            env = {**non_defaults(tcfg.env), "camera_ablation": ablation}
+            folder = Path(cfg.out) / f"eval-s{seed}-{ablation}"
+            out[label] = evaluate_policy(cfg, spec, env, folder, seed, tcfg.ray_address)
+    if cfg.teacher:
+        teacher = teacher_run(cfg, seed)
+        trained = train_seed(teacher)
+        folder = Path(cfg.out) / f"eval-s{seed}-teacher"
+        ev = evaluate_policy(cfg, policy_specs(teacher)["rl+il"], non_defaults(teacher.env), folder, seed, "")
+        out[TEACHER] = {**ev, "train": trained}
+    return out
+
+
+def images(seeds: list[dict]) -> dict:
+    """The camera policy and its variants across seeds: per variant and metric the mean with a t interval;
+    per variant the paired difference to the camera policy on the same clips (pooled over seeds x clips,
+    bootstrap interval) in collisions, RC and driving score."""
+    labels = [CAMERA_POLICY, *dict.fromkeys(k for s in seeds for k in s.get("images", {}))]
+    rows: dict[str, dict] = {}
+    for label in labels:
+        runs = [_variant(s, label) for s in seeds]
+        runs = [r for r in runs if r is not None]
+        if not runs:
+            continue
+        row: dict = {"seeds": len(runs)}
+        row["metrics"] = {key: seed_interval([r["metrics"][key] for r in runs]) for key, _, _ in SUMMARY}
+        if label != CAMERA_POLICY:
+            row["paired"] = {}
+            for key, name in PAIRED:
+                a_all, b_all = [], []
+                for s in seeds:
+                    base, other = _variant(s, CAMERA_POLICY), _variant(s, label)
+                    if base is None or other is None:
+                        continue
+                    ids = sorted(set(base["clips"]) & set(other["clips"]))
+                    a_all += [float(base["clips"][i][key]) for i in ids]
+                    b_all += [float(other["clips"][i][key]) for i in ids]
+                row["paired"][key] = dict(paired_difference(a_all, b_all, seed=0), label=name)
+        rows[label] = row
+    return rows
+
+
+def _num(v) -> float:
+    return math.nan if v is None else float(v)
+
+
+def _variant(seed: dict, label: str) -> dict | None:
+    if label == CAMERA_POLICY:
+        return seed["eval"]["stages"]["rl+il"]
+    return seed.get("images", {}).get(label)
 
 
 # -- across seeds ----------------------------------------------------------------------------------
@@ -266,7 +389,51 @@ def report_md(study: dict) -> str:
             f"{s['train']['train_seconds'] / 60:.1f} | {il['CR']:.3f} | {rl['CR']:.3f} | {il['RC']:.3f} | "
             f"{rl['RC']:.3f} | [{folder}]({folder}/report.md) |"
         )
+    lines += images_md(study)
     return "\n".join(lines) + "\n"
+
+
+def images_md(study: dict) -> list[str]:
+    """study.md's "Images" section: the camera policy beside its ablations and the teacher; perception."""
+    rows = study.get("images") or {}
+    lines: list[str] = []
+    if len(rows) > 1:
+        lines += [
+            "",
+            "## Images: does the camera policy use its cameras?",
+            "",
+            f"The final camera policy (RL+IL) on `{study['config']['eval_suite']}` with its own images, with its "
+            "cameras blanked (flat grey), with another clip's frames (the rig's view on another clip's expert "
+            "drive), and the privileged teacher (ground truth, no cameras) when trained. Means across seeds "
+            "with t intervals; then each against the camera policy on the same clips (pooled over seeds x "
+            "clips, bootstrap 95 % interval).",
+            "",
+            "| policy | seeds | " + " | ".join(label for _, label, _ in SUMMARY) + " |",
+            "|---|---|" + "---|" * len(SUMMARY),
+        ]
+        for label, row in rows.items():
+            cells = " | ".join(_ci(row["metrics"][k]) for k, _, _ in SUMMARY)
+            lines.append(f"| {label} | {row['seeds']} | {cells} |")
+        lines += ["", "| policy - camera policy | " + " | ".join(n for _, n in PAIRED) + " |", "|---|---|---|---|"]
+        for label, row in rows.items():
+            if "paired" in row:
+                lines.append(f"| {label} | " + " | ".join(_ci(row["paired"][k]) for k, _ in PAIRED) + " |")
+    percs = [s["train"].get("perception") for s in study["seeds"] if s["train"].get("perception")]
+    if percs:
+        keys = ("occupancy_iou", "prior_occupancy_iou", "velocity_error", "drivable_iou", "prior_drivable_iou")
+        keys += ("lane_iou", "prior_lane_iou")
+        lines += [
+            "",
+            "## Stage perception on val (the frozen encoder's view)",
+            "",
+            "Mean across seeds with t intervals; prior_*: the train frames' per-cell prior, which ignores the "
+            "images. Per kind: each run's perception.md.",
+            "",
+            "| " + " | ".join(keys) + " |",
+            "|" + "---|" * len(keys),
+            "| " + " | ".join(_ci(seed_interval([_num(p.get(k)) for p in percs])) for k in keys) + " |",
+        ]
+    return lines
 
 
 def plot(study: dict, out: Path) -> list[Path]:
@@ -345,7 +512,7 @@ def run(cfg: StudyConfig) -> dict:
         log.info("study %s: seed %d (run %s)", cfg.name, seed, tcfg.run)
         trained = train_seed(tcfg)
         ev = evaluate_seed(cfg, tcfg, seed)
-        seeds.append({"seed": seed, "train": trained, "eval": ev})
+        seeds.append({"seed": seed, "train": trained, "eval": ev, "images": images_seed(cfg, tcfg, seed)})
         il, rl = ev["stages"]["il"]["metrics"], ev["stages"]["rl+il"]["metrics"]
         print(
             f"study {cfg.name}: seed {seed} on {cfg.eval_suite}: CR IL {il['CR']:.3f} -> RL+IL {rl['CR']:.3f}, "
@@ -360,6 +527,7 @@ def run(cfg: StudyConfig) -> dict:
         "aggregate": agg,
         "paired": pair,
         "verdict": verdict(agg, pair),
+        "images": images(seeds),
         "wall_seconds": time.perf_counter() - t0,
     }
     study = _finite(study)  # a dict in, a dict out

@@ -154,8 +154,14 @@ def test_shuffled_cameras_show_another_clip_on_its_expert_pose(plain, lead):
         own_obs, *_ = own.step([36, 24])
     assert not np.array_equal(own_obs["cameras"], obs["cameras"])
     np.testing.assert_array_equal(own_obs["ego"], obs["ego"])  # only the images differ
-    with pytest.raises(ValueError, match=r"'shuffle' .* needs at least 2 scenarios, got 1"):
-        DrivingEnv({**FAST, "camera_ablation": "shuffle"}, scenarios=[plain])
+    # a pool of one clip: its own frames from half its horizon later (30 steps: step t + 15)
+    alone = DrivingEnv({**FAST, "camera_ablation": "shuffle"}, scenarios=[lead])
+    obs, _ = alone.reset(seed=0)
+    x, y, _, yaw = alone.pool.data(0).expert_poses[15]
+    want = rgb_to_uint8(
+        rendering.render(*alone.view_request(0, 15, x, y, yaw)[:2], alone._Ks, 32, 16, backend="cpu").rgb
+    )
+    np.testing.assert_array_equal(obs["cameras"], want)
 
 
 def test_vector_env_in_camera_mode_matches_single_envs(plain, lead):

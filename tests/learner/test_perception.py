@@ -249,3 +249,19 @@ def test_three_stages_in_one_run_with_perception_frozen(tmp_path, suite, monkeyp
     r2 = train(cfg)
     assert r2.state.stage == "done" and prs.versions() == p_versions
     assert r2.perception is not None and r2.perception["metrics"]["all"]["frames"] == 4
+
+
+def test_fast_segment_distance_matches_the_reference():
+    from learner.perception import _segment_distance, _segment_distance_fast
+
+    rng = np.random.default_rng(0)
+    for n_seg in (1, 3, 40):
+        pts = rng.uniform(-30, 30, (200, 2))
+        a = rng.uniform(-30, 30, (n_seg, 2))
+        b = a + rng.normal(0, 10, (n_seg, 2))
+        b[0] = a[0]  # a zero-length segment is a point
+        np.testing.assert_allclose(_segment_distance_fast(pts, a, b), _segment_distance(pts, a, b), atol=1e-9)
+    # by hand: the segment (0, 0) -> (10, 0)
+    pts = np.array([[5.0, 3.0], [-4.0, 3.0], [13.0, -4.0]])
+    d = _segment_distance_fast(pts, np.zeros((1, 2)), np.array([[10.0, 0.0]]))
+    np.testing.assert_allclose(d, [3.0, 5.0, 5.0])
