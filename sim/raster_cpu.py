@@ -1,17 +1,22 @@
 """The fast CPU renderer: numba tile rasteriser, multi-threaded, same math as ``sim.raster_reference``.
 
-Work done once per cloud (cached on the GaussianCloud): 3D covariances, band-0 colours, and a
-spatial split into chunks of nearby Gaussians with their bounding boxes. Clouds rendered together
-(every background and asset of every scene in the call) are packed into one *bank*, cached while
-the same clouds keep coming, so a frame touches no per-Gaussian Python.
+Work done once per cloud, when it is first rendered: 3D covariances, band-0 colours, Morton order
+and a split into chunks of nearby Gaussians with their bounding boxes, packed into one arena that
+every later frame reads (so a frame touches no per-Gaussian Python, and a change in which clouds a
+frame shows copies nothing).
 
-Per frame, in one numba call:
+Per frame, one render call for every camera of every scene:
 1. cull chunks against each camera's frustum (planes widened by a bound on the projected 3-sigma
    extent, so culling never drops a Gaussian the reference would draw) and the near/far planes;
-2. project the Gaussians of the surviving chunks (EWA, as the reference), in parallel;
-3. bin into 16x16 tiles, then radix-sort each tile's list by depth, tiles in parallel;
-4. per tile, in parallel, composite front to back with per-pixel early stop.
+2. project the surviving chunks in jobs of about JOB_SLOTS Gaussians, in parallel: EWA in float32
+   as the reference, branch-free so that LLVM vectorises it, then one 64-byte record per drawing
+   Gaussian, counted per tile of its view by its job;
+3. lay every tile's list out from those counts (slot order), jobs in parallel;
+4. per tile, in parallel: radix-sort the list by depth, then composite front to back with per-pixel
+   early stop.
 A posed actor is projected through ``viewmat @ world_T_box``, with SH evaluated in its own frame.
+Every parallel stage hands its jobs out one at a time: on 2 cores shared with other work, a thread
+the OS has descheduled then holds up one job, not half of the frame.
 """
 
 from __future__ import annotations
@@ -651,9 +656,10 @@ def _rasterize(tile_off, tile_list, n_tx, n_ty, W, H, rec, keys, exp_table, out_
             for px in range(px0, px1 + 1):
                 q = (py - py0) * tw + px - px0
                 a = _ONE - T[q]
-                out_rgb[v, py, px, 0] = acc[q, 0]
-                out_rgb[v, py, px, 1] = acc[q, 1]
-                out_rgb[v, py, px, 2] = acc[q, 2]
+                # clamped here (colours are >= 0, so this is clamp(0, 1)): SH colours may exceed 1
+                out_rgb[v, py, px, 0] = min(acc[q, 0], _ONE)
+                out_rgb[v, py, px, 1] = min(acc[q, 1], _ONE)
+                out_rgb[v, py, px, 2] = min(acc[q, 2], _ONE)
                 out_alpha[v, py, px] = a
                 out_depth[v, py, px] = acc[q, 3] / a if a > _ZERO else _ZERO
 
@@ -691,7 +697,8 @@ def _parts(scene) -> list[tuple[GaussianCloud, np.ndarray]]:
 def render_cpu(scenes, viewmats, Ks, width, height, near=0.01, far=1e10):
     """scenes: S GaussianClouds or Composites; viewmats [S, C, 4, 4]; Ks [S, C, 3, 3].
 
-    Returns rgb [S, C, H, W, 3], alpha and depth [S, C, H, W, 1] as float32 torch tensors.
+    Returns rgb [S, C, H, W, 3] (clamped to [0, 1]), alpha and depth [S, C, H, W, 1] as float32 torch
+    tensors.
     """
     S, C = viewmats.shape[:2]
     V = S * C
