@@ -43,7 +43,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from typing import Any, ClassVar
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -61,6 +61,7 @@ from envs.kernels import (
 )
 from envs.observation import RoutePath, observation_space, route_command, route_path
 from envs.reward import detect_events, first_event, reward_parts, reward_terms
+from envs.scenario_data import ScenarioData
 from envs.suite import ScenarioPool, resolve_scenarios
 from scenarios.actions import ActionSpec, project_feasible
 from sim import rendering  # called as rendering.render: the one place envs.bench and tests count or patch
@@ -139,7 +140,9 @@ class DrivingEnv(gym.Env):
     uniformly at random with the env's seeded generator, or ``options={"scenario": id_or_index}``.
     """
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["rgb_array"], "render_fps": 10}
+    # gymnasium's Env declares metadata an instance attribute, which a ClassVar may not override
+    metadata: dict[str, Any] = {"render_modes": ["rgb_array"], "render_fps": 10}  # noqa: RUF012 (see above)
+    observation_space: spaces.Dict  # envs.observation.observation_space: a part name per key
 
     def __init__(
         self,
@@ -179,7 +182,7 @@ class DrivingEnv(gym.Env):
         self._point = np.empty((1, 2))  # the matched path point (a reused buffer)
         self._seeded = False
         self._active = False  # an episode is running
-        self._data = None
+        self._data: ScenarioData | None = None  # the current episode's tables (``_loaded`` after a reset)
         self._obs: dict[str, np.ndarray] | None = None
 
     @staticmethod
@@ -195,6 +198,20 @@ class DrivingEnv(gym.Env):
     def scenario(self):
         """The current episode's Scenario (None before the first reset)."""
         return None if self._data is None else self._data.scenario
+
+    @property
+    def _loaded(self) -> ScenarioData:
+        """The current episode's ScenarioData; the episode methods run only after a reset set it."""
+        if self._data is None:
+            raise RuntimeError("DrivingEnv: no scenario loaded; call reset() first")
+        return self._data
+
+    @property
+    def _observation(self) -> dict[str, np.ndarray]:
+        """The current observation (set with the scenario by every reset)."""
+        if self._obs is None:
+            raise RuntimeError("DrivingEnv: no observation yet; call reset() first")
+        return self._obs
 
     # -- gymnasium API ---------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
@@ -227,7 +244,7 @@ class DrivingEnv(gym.Env):
         try:
             lat_p, projected = project_feasible(lat_i, long_i, self.action_spec)
             lat_m, long_m = float(self.action_spec.lateral[lat_p]), float(self.action_spec.longitudinal[long_i])
-            d = self._data
+            d = self._loaded
             new, accel, steer = advance(self._state[None], np.array([lat_m]), np.array([long_m]), [d.dt], [d.wheelbase])
             reward, terminated, truncated, info = self._after_dynamics(
                 new[0], float(accel[0]), float(steer[0]), lat_m, long_m, (int(lat_p), long_i), bool(projected)
@@ -288,6 +305,7 @@ class DrivingEnv(gym.Env):
         self._scene = d.load_scene() if need_scene else None
         self._static = None
         if cfg.static_gaussians:
+            assert self._scene is not None  # need_scene holds with static_gaussians
             bg = self._scene.background
             self._static = StaticIndex.from_cloud(bg, opacity_threshold=cfg.static_opacity_threshold)
             L, W, H = d.ego_lwh
@@ -313,7 +331,7 @@ class DrivingEnv(gym.Env):
     def _measure(self) -> None:
         """Path distance and its side, arclength, heading error, ground height and progress at the
         current state (step ``self._t``)."""
-        d = self._data
+        d = self._loaded
         x, y = float(self._state[0]), float(self._state[1])
         dist, s, yaw, z = d.project(self._state[:2])
         self._dist, self._s, self._z = dist, s, z
@@ -327,7 +345,7 @@ class DrivingEnv(gym.Env):
 
     def _after_dynamics(self, new, accel, steer, lat_m, long_m, applied, projected):
         """Advance the episode to the new ego state; events, reward, observation (cameras apart)."""
-        d, cfg = self._data, self.config
+        d, cfg = self._loaded, self.config
         old = self._state
         dyaw = (new[2] - old[2] + math.pi) % (2 * math.pi) - math.pi
         self._yaw_rate = float(dyaw / d.dt)
@@ -376,7 +394,7 @@ class DrivingEnv(gym.Env):
         return obs, 0.0, False, True, info
 
     def _info_common(self) -> dict:
-        d = self._data
+        d = self._loaded
         return {
             "scenario": d.id,
             "step": self._t,
@@ -392,14 +410,14 @@ class DrivingEnv(gym.Env):
     # -- geometry --------------------------------------------------------------------------------
     def ego_box(self) -> tuple[np.ndarray, float, np.ndarray]:
         """(centre xy [2], yaw, size [3] length, width, height) of the ego box now (world)."""
-        d = self._data
+        d = self._loaded
         yaw = float(self._state[2])
         c = self._state[:2] + d.center_offset * np.array([math.cos(yaw), math.sin(yaw)])
         return c, yaw, d.ego_size
 
     def _collisions(self) -> dict:
         """Ego box against the agents (dynamic), the obstacle boxes and the static Gaussians (static)."""
-        d, cfg, t = self._data, self.config, self._t
+        d, cfg, t = self._loaded, self.config, self._t
         x, y, yaw = float(self._state[0]), float(self._state[1]), float(self._state[2])
         cy, sy = math.cos(yaw), math.sin(yaw)
         cx, cyy = x + d.center_offset * cy, y + d.center_offset * sy  # ego box centre
@@ -440,12 +458,14 @@ class DrivingEnv(gym.Env):
     def _observe(self) -> dict[str, np.ndarray]:
         """The observation of the current state, in the config's mode (``envs.observation``); the cameras
         are the previous images until ``_set_cameras`` gets the new ones from the render call."""
-        d, cfg, t, on = self._data, self.config, self._t, self._parts
+        d, cfg, t, on = self._loaded, self.config, self._t, self._parts
         ex, ey, yaw, v = self._state.tolist()
         obs: dict[str, np.ndarray] = {}
         if "cameras" in on:
             prev = self._obs.get("cameras") if self._obs is not None else None
-            obs["cameras"] = prev  # filled by _set_cameras after the render call
+            # the previous images, replaced by _set_cameras after the render call; the key keeps its place
+            # (first, as in the observation space) even before an env's first render, when it holds None
+            obs["cameras"] = prev  # type: ignore[assignment]  # None before the first render (see above)
         if "ego" in on and cfg.observation == "camera":  # what the car measures of itself
             obs["ego"] = np.array([v, self._yaw_rate, self._accel, self._steer], dtype=np.float32)
         elif "ego" in on:
@@ -509,10 +529,11 @@ class DrivingEnv(gym.Env):
             x, y, z, yaw = (float(v) for v in other.expert_poses[t])
             viewmats = self.rig.viewmats(pose_matrix(x, y, z, yaw))
             return scene.compose(t), viewmats, float(other.scenario.render_distance)
+        d = self._loaded
         if self._scene is None:
-            self._scene = self._data.load_scene()
-        comp = self._scene.compose(min(self._t, self._data.horizon))
-        return comp, self.rig.viewmats(self.world_T_ego()), float(self._data.scenario.render_distance)
+            self._scene = d.load_scene()
+        comp = self._scene.compose(min(self._t, d.horizon))
+        return comp, self.rig.viewmats(self.world_T_ego()), float(d.scenario.render_distance)
 
     def _render_one(self, comp, viewmats, far) -> np.ndarray:
         r, c = self.rig, self.config
@@ -526,7 +547,7 @@ class DrivingEnv(gym.Env):
             if self._grey is None or self._grey.shape != images.shape:
                 self._grey = np.full(images.shape, BLANK_GREY, np.uint8)
             images = self._grey
-        self._obs["cameras"] = images
+        self._observation["cameras"] = images
 
 
 def rgb_to_uint8(rgb) -> np.ndarray:

@@ -30,11 +30,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any, ClassVar
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
+from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
@@ -66,11 +67,13 @@ class VectorDrivingEnv(VectorEnv):
     overrides or EnvConfig; skip_broken: overrides ``config["skip_broken"]``.
     """
 
-    metadata: ClassVar[dict[str, Any]] = {
+    # gymnasium's VectorEnv declares metadata an instance attribute, which a ClassVar may not override
+    metadata: dict[str, Any] = {  # noqa: RUF012 (see above)
         "render_modes": ["rgb_array"],
         "render_fps": 10,
         "autoreset_mode": AutoresetMode.SAME_STEP,
     }
+    single_observation_space: spaces.Dict  # a DrivingEnv's observation space
 
     def __init__(
         self,
@@ -131,7 +134,7 @@ class VectorDrivingEnv(VectorEnv):
         reset_infos = dict(enumerate(infos_i))
         self._render_requests(requests, reset_infos=reset_infos)
         infos = merge_infos([reset_infos[i] for i in range(N)], N)
-        return self._batch_obs([env._obs for env in self.envs]), infos
+        return self._batch_obs([env._observation for env in self.envs]), infos
 
     # -- step ------------------------------------------------------------------------------------
     def step(self, actions):
@@ -213,7 +216,7 @@ class VectorDrivingEnv(VectorEnv):
             else:
                 per_env.append(step_infos[i])
         infos = merge_infos(per_env, N)
-        obs = self._batch_obs([env._obs for env in self.envs])
+        obs = self._batch_obs([env._observation for env in self.envs])
         return obs, rewards, terminated, truncated, infos
 
     def render(self) -> tuple[np.ndarray, ...] | None:
@@ -293,6 +296,7 @@ def merge_infos(infos: list[dict], n: int) -> dict[str, Any]:
         for info in infos:
             keys.update(dict.fromkeys(info))
     for k in keys:
+        arr: dict[str, Any] | np.ndarray
         if same:
             have = np.ones(n, dtype=bool)
             vals = [info[k] for info in infos]
