@@ -35,8 +35,10 @@ ENVS = 2  # environments per rollout worker
 
 def tiny_args(out: Path, suite: Path, store: str | Path, run: str = "r", **over) -> list[str]:
     """``python -m learner.train`` arguments of a tiny run (32x16 cameras, a small network, IL 1
-    iteration then PPO+IL, serial rollouts, a checkpoint every iteration, nothing deleted)."""
+    iteration then PPO+IL, serial rollouts, a checkpoint every iteration, nothing deleted). Stages il+rl:
+    the faults are those of the training loop (stage perception has its own resume test)."""
     settings = {
+        "stage": "il+rl",
         "tracking.out": str(out),
         "suite": str(suite),
         "eval.suite": str(suite),
