@@ -101,7 +101,12 @@ def test_paired_comparison_of_the_report_counts_fixed_and_broken_clips():
     def rec(sid, event, rc):
         return dict(scenario=sid, event=event, steps=3, horizon=3, route_completion=[0.0, rc], speed=[1.0] * 4)
 
-    a = [rec("s0", "dynamic_collision", 0.5), rec("s1", "", 1.0), rec("s2", "", 1.0), rec("s3", "static_collision", 0.2)]
+    a = [
+        rec("s0", "dynamic_collision", 0.5),
+        rec("s1", "", 1.0),
+        rec("s2", "", 1.0),
+        rec("s3", "static_collision", 0.2),
+    ]
     b = [rec("s0", "", 1.0), rec("s1", "", 1.0), rec("s2", "position_deviation", 0.6), rec("s3", "", 1.0)]
     out = paired_comparison({"A": a, "B": b})
     row = out["B - A"]
