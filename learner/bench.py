@@ -98,7 +98,7 @@ def bench_learner_and_loop(cfg: LearnerBenchConfig) -> tuple[dict, dict]:
     tr = Trainer(tc)
     tr.build()
     try:
-        learners, group = tr.learners, tr.group
+        learners, group = tr.learner_group, tr.rollout_group
         group.set_weights(0, learners.call("weights"))
         batch = stack_time(group.sample(cfg.fragment_length))
         n = batch["actions"].shape[0] * batch["actions"].shape[1]

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -35,6 +36,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,7 +58,7 @@ from rollout.group import ActorResources, RolloutGroup
 from rollout.worker import WorkerSpec, build_env, build_policy, to_torch
 from sim.configs import ConfigError, from_dict, parse_cli, to_dict
 from sim.rendering import backend_report
-from store import AsyncCommitter, CheckpointStore, RetryPolicy, RunLocked, parse_ref
+from store import AsyncCommitter, CheckpointStore, Lease, RetryPolicy, RunLocked, parse_ref
 
 log = logging.getLogger("learner.train")
 
@@ -132,10 +134,11 @@ class Trainer:
         self.name = cfg.run or default_run_name()
         self.folder = Path(cfg.tracking.out) / self.name
         self.config_dict = to_dict(dataclasses.replace(cfg, run=self.name))
-        self.group: RolloutGroup | None = None
+        # None until build() / open_store(); close() shuts down what there is
+        self.group: RolloutGroup | None = None  # only with stage rl
         self.learners: LearnerGroup | None = None
-        self.lease = None
-        self.committer = None
+        self.lease: Lease | None = None
+        self.committer: AsyncCommitter | None = None
         self._ray_started = False
         # Broken scenarios, named in the logs, the metrics and summary.json: {scenario id: last error}
         self.quarantined: dict[str, str] = {}  # no longer sampled by the rollout actors
@@ -143,6 +146,27 @@ class Trainer:
         self.scenario_failures = 0  # failure reports from rollouts (a failed episode, or a reset that charged some)
         self.side_leases: list = []  # leases beside the run's, kept fresh by the same heartbeat (perception run)
         self.perception: dict | None = None  # stage perception's metrics, this call or read back from its run
+
+    @property
+    def learner_group(self) -> LearnerGroup:
+        """The learners, once build() made them."""
+        if self.learners is None:
+            raise RuntimeError("Trainer: no learner group yet; call build() first")
+        return self.learners
+
+    @property
+    def rollout_group(self) -> RolloutGroup:
+        """The rollout actors, once build() made them (stage rl only)."""
+        if self.group is None:
+            raise RuntimeError("Trainer: no rollout group; build() makes one when cfg.stages has rl")
+        return self.group
+
+    @property
+    def async_committer(self) -> AsyncCommitter:
+        """The run's background committer, once open_store() made it."""
+        if self.committer is None:
+            raise RuntimeError("Trainer: no checkpoint committer yet; call open_store() first")
+        return self.committer
 
     # -- set-up ------------------------------------------------------------------------------------
     def open_store(self):
@@ -256,7 +280,7 @@ class Trainer:
             elif self.group is not None:  # asked inside each actor: its own CUDA, its own gsplat
                 render["rollout_actors"] = self.group.call("__ray_call__", actor_render_report, requested)
         self.tracker.provenance("render", render)
-        self.tracker.provenance("learners", self.learners.describe())
+        self.tracker.provenance("learners", self.learner_group.describe())
         reports = [render["driver"], *render.get("rollout_actors", [])] if render["cameras"] else []
         used = sorted({rep["used"] for rep in reports})
         line = f"render backend {requested!r} -> {', '.join(used) or 'none (env.cameras=false)'}"
@@ -276,7 +300,7 @@ class Trainer:
         """Commit a checkpoint in the background. ``snapshot_run``: also commit it, now, as the newest
         version of that run in the same store (the IL policy is kept as ``<run>-il`` so that it
         survives retention and can be evaluated beside the final one)."""
-        lstate = self.learners.call("state")
+        lstate = self.learner_group.call("state")
         files = ckpt_io.encode(
             lstate,
             state,
@@ -297,7 +321,7 @@ class Trainer:
             reason=reason,
             metrics=metrics,
         )
-        self.committer.submit(files, meta)
+        self.async_committer.submit(files, meta)
         if snapshot_run:
             # A short retry: while the store is down the copy is given up after ~10 s rather than
             # holding training up for the store's full retry budget.
@@ -315,7 +339,7 @@ class Trainer:
         if latest is not None:
             lstate, state, rng, saved = ckpt_io.decode(latest.files)
             self._compare_config(saved, latest.version)
-            self.learners.call("load_state", lstate)
+            self.learner_group.call("load_state", lstate)
             self._set_stage_settings(state)
             ckpt_io.restore_rng(rng)
             if state.stage == "done" and "rl" in cfg.stages and state.iteration < cfg.iterations:
@@ -330,7 +354,7 @@ class Trainer:
         state = ckpt_io.TrainState(stage=cfg.stages[0])
         if cfg.stages == ("rl",):
             weights = self._init_weights()
-            self.learners.call("load_state", {"policy": weights})
+            self.learner_group.call("load_state", {"policy": weights})
         random.seed(cfg.seed)
         np.random.seed(cfg.seed)  # noqa: NPY002 (the global RNG, for third-party code)
         torch.manual_seed(cfg.seed)
@@ -379,7 +403,7 @@ class Trainer:
             s = learner_settings(cfg, cfg.il.pretrain_iterations * cfg.il.steps_per_iteration, cfg.il.lr)
         else:
             s = learner_settings(cfg, self._rl_updates_total(), cfg.ppo.lr)
-        self.learners.call("set_settings", s, state.stage)
+        self.learner_group.call("set_settings", s, state.stage)
 
     # -- demonstrations and evaluation -------------------------------------------------------------
     def demos(self) -> dict[str, torch.Tensor]:
@@ -397,7 +421,7 @@ class Trainer:
 
     def evaluate(self, state: ckpt_io.TrainState, label: str) -> dict:
         policy = self.make_policy()
-        policy.load_state_dict(self.learners.call("weights"))
+        policy.load_state_dict(self.learner_group.call("weights"))
         policy.eval()
 
         @torch.no_grad()
@@ -438,7 +462,8 @@ class Trainer:
         finally:
             self.side_leases.remove(lease)
             lease.release()
-        self.learners.call("load_state", {"policy": with_encoder(self.learners.call("weights"), result.encoder)})
+        learners = self.learner_group
+        learners.call("load_state", {"policy": with_encoder(learners.call("weights"), result.encoder)})
         self.perception = dict(
             metrics=result.metrics,
             epochs=result.epochs,
@@ -460,10 +485,10 @@ class Trainer:
         n_it = cfg.il.pretrain_iterations
         if state.il_iteration == 0:
             # once per run: a resumed run's checkpoint holds the statistics with the demonstrations in
-            self.learners.call("merge_obs_stats", demos)
+            self.learner_group.call("merge_obs_stats", demos)
         while state.il_iteration < n_it:
             t0 = time.perf_counter()
-            m = self.learners.call("update_il", demos, cfg.il.steps_per_iteration)
+            m = self.learner_group.call("update_il", demos, cfg.il.steps_per_iteration)
             state.il_iteration += 1
             state.version += 1
             state.il_steps += cfg.il.steps_per_iteration * cfg.il.batch_size
@@ -494,7 +519,7 @@ class Trainer:
         while state.iteration < cfg.iterations:
             if self._is_il_round(state) and demos is not None:
                 t0 = time.perf_counter()
-                m = self.learners.call("update_il", demos, cfg.il.steps_per_iteration)
+                m = self.learner_group.call("update_il", demos, cfg.il.steps_per_iteration)
                 state.rounds += 1
                 state.version += 1
                 state.il_steps += cfg.il.steps_per_iteration * cfg.il.batch_size
@@ -502,13 +527,13 @@ class Trainer:
                 self.tracker.log(state.env_steps + state.il_steps, m)
                 continue
             t0 = time.perf_counter()
-            self.group.set_weights(state.version, self.learners.call("weights"))
-            frags = self.group.sample(T, timeout_s=cfg.rollout.timeout_s)
+            self.rollout_group.set_weights(state.version, self.learner_group.call("weights"))
+            frags = self.rollout_group.sample(T, timeout_s=cfg.rollout.timeout_s)
             t_roll = time.perf_counter() - t0
             batch = stack_time(frags)
             steps = sum(f.env_steps for f in frags)
             t1 = time.perf_counter()
-            m = self.learners.call("update_rl", batch, demos if cfg.il.mode == "weighted" else None)
+            m = self.learner_group.call("update_rl", batch, demos if cfg.il.mode == "weighted" else None)
             t_learn = time.perf_counter() - t1
             state.iteration += 1
             state.rounds += 1
@@ -525,7 +550,7 @@ class Trainer:
                     "charts/rollout_seconds": t_roll,
                     "charts/learn_seconds": t_learn,
                     "charts/policy_lag": float(lag),
-                    "charts/actor_restarts": float(self.group.restarts),
+                    "charts/actor_restarts": float(self.rollout_group.restarts),
                     "charts/iteration": float(state.iteration),
                 }
             )
@@ -539,7 +564,7 @@ class Trainer:
                 f"it {state.iteration}/{cfg.iterations} | {state.env_steps:,} steps | "
                 f"{m['charts/SPS']:.1f} steps/s (rollout {m['charts/rollout_SPS']:.1f}) | "
                 f"return {'n/a' if ret is None else f'{ret:+.2f}'} | "
-                f"collisions {'n/a' if coll is None else f'{coll:.0%}'} | restarts {self.group.restarts}"
+                f"collisions {'n/a' if coll is None else f'{coll:.0%}'} | restarts {self.rollout_group.restarts}"
             )
             if cfg.eval.every and state.iteration % cfg.eval.every == 0 and state.iteration < cfg.iterations:
                 self.evaluate(state, f"rl@{state.iteration}")
@@ -610,9 +635,9 @@ class Trainer:
                 self.stage_il(state, demos)
             if state.stage == "rl":
                 self.stage_rl(state, demos)
-            self.committer.flush()
+            self.async_committer.flush()
             self.summary(state)
-            last = self.committer.last_committed
+            last = self.async_committer.last_committed
             return TrainResult(self.name, self.folder, self.rs.uri, state, last, self.perception)
         finally:
             self.close()
@@ -669,13 +694,18 @@ class Trainer:
         errors = []
         if getattr(self, "_beating", None) is not None:
             self._beating.set()
-        for fn in (
-            lambda: self.committer and self.committer.close(timeout=CLOSE_TIMEOUT_S),
-            lambda: self.group and self.group.shutdown(),
-            lambda: self.learners and self.learners.shutdown(),
-            lambda: self.lease and self.lease.release(),
-            lambda: getattr(self, "tracker", None) and self.tracker.close(),
-        ):
+        tracker = getattr(self, "tracker", None)  # made by run()
+        steps: list[Callable[[], object]] = []
+        if self.committer is not None:
+            steps.append(functools.partial(self.committer.close, timeout=CLOSE_TIMEOUT_S))
+        for part in (self.group, self.learners):
+            if part is not None:
+                steps.append(part.shutdown)
+        if self.lease is not None:
+            steps.append(self.lease.release)
+        if tracker is not None:
+            steps.append(tracker.close)
+        for fn in steps:
             try:
                 fn()
             except Exception as e:
@@ -684,8 +714,8 @@ class Trainer:
             import ray
 
             ray.shutdown()
-        for e in errors:
-            log.warning("while closing: %s", e)
+        for err in errors:
+            log.warning("while closing: %s", err)
 
 
 def train(cfg: TrainConfig) -> TrainResult:
