@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from learner.learner import Learner, LearnerSettings
+from policy.network import ActorCritic
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ def _node() -> dict[str, Any]:
 class LearnerWorker:
     """A Learner inside a Ray actor; rank 0 also holds the group's store (``serve``)."""
 
-    def __init__(self, build_policy: Callable[[], torch.nn.Module], settings: LearnerSettings, rank: int, world: int):
+    def __init__(self, build_policy: Callable[[], ActorCritic], settings: LearnerSettings, rank: int, world: int):
         torch.set_num_threads(max(1, int(os.environ.get("SPLATDRIVE_LEARNER_THREADS", "1"))))
         self.build_policy, self.settings = build_policy, settings
         self.rank, self.world = rank, world
@@ -110,7 +111,7 @@ class LearnerGroup:
 
     def __init__(
         self,
-        build_policy: Callable[[], torch.nn.Module],
+        build_policy: Callable[[], ActorCritic],
         settings: LearnerSettings,
         num_learners: int = 1,
         gpus_per_learner: float = 0.0,

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from learner.losses import directional_aux_loss, il_loss, normalize_advantages, ppo_loss
+from policy.network import ActorCritic
 from rollout.gae import gae
 
 log = logging.getLogger(__name__)
@@ -74,7 +75,7 @@ def _obs(batch: Mapping[str, torch.Tensor], idx: torch.Tensor | slice) -> dict[s
 class Learner:
     """Policy + optimizer + counters; ``update_rl`` (PPO epochs) and ``update_il`` (imitation)."""
 
-    def __init__(self, policy: torch.nn.Module, settings: LearnerSettings, rank: int = 0, world_size: int = 1):
+    def __init__(self, policy: ActorCritic, settings: LearnerSettings, rank: int = 0, world_size: int = 1):
         self.s = settings
         self.rank, self.world_size = rank, world_size
         self.device = torch.device(settings.device)

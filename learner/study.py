@@ -243,8 +243,7 @@ def images(seeds: list[dict]) -> dict:
     labels = [CAMERA_POLICY, *dict.fromkeys(k for s in seeds for k in s.get("images", {}))]
     rows: dict[str, dict] = {}
     for label in labels:
-        runs = [_variant(s, label) for s in seeds]
-        runs = [r for r in runs if r is not None]
+        runs = [r for r in (_variant(s, label) for s in seeds) if r is not None]
         if not runs:
             continue
         row: dict = {"seeds": len(runs)}
@@ -420,8 +419,8 @@ def images_md(study: dict) -> list[str]:
                 lines.append(f"| {label} | " + " | ".join(_ci(row["paired"][k]) for k, _ in PAIRED) + " |")
     percs = [s["train"].get("perception") for s in study["seeds"] if s["train"].get("perception")]
     if percs:
-        keys = ("occupancy_iou", "prior_occupancy_iou", "velocity_error", "drivable_iou", "prior_drivable_iou")
-        keys += ("lane_iou", "prior_lane_iou")
+        keys: tuple[str, ...] = ("occupancy_iou", "prior_occupancy_iou", "velocity_error", "drivable_iou")
+        keys += ("prior_drivable_iou", "lane_iou", "prior_lane_iou")
         lines += [
             "",
             "## Stage perception on val (the frozen encoder's view)",
