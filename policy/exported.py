@@ -42,7 +42,7 @@ import hashlib
 import json
 import os
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -84,8 +84,8 @@ def read_policy_json(folder: str | os.PathLike) -> dict:
         raise ExportError(f"{path}: larger than {MAX_POLICY_JSON_BYTES} bytes, not a policy.json")
     try:
         spec = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
-        raise ExportError(f"{path}: not valid JSON ({e})") from None
+    except (UnicodeDecodeError, ValueError) as err:
+        raise ExportError(f"{path}: not valid JSON ({err})") from None
     if not isinstance(spec, dict):
         raise ExportError(f"{path}: expected a JSON object at the top level")
     if spec.get("format") != FORMAT:
@@ -144,7 +144,7 @@ def verify_files(folder: str | os.PathLike, spec: Mapping[str, Any], names: tupl
 
 
 def check_observations(
-    inputs: list[Mapping[str, Any]], obs: Mapping[str, Any], what: str = "policy"
+    inputs: Sequence[Mapping[str, Any]], obs: Mapping[str, Any], what: str = "policy"
 ) -> tuple[dict[str, np.ndarray], int]:
     """Check a batch of observations against an observation spec; returns (contiguous arrays in spec
     order, batch size B). ``inputs``: [{name, shape (no batch), dtype}]; ``obs``: {name: array [B, *shape]}.

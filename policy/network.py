@@ -210,6 +210,7 @@ class CameraEncoder(nn.Module):
         self.register_buffer("img_std", torch.tensor(cfg.image_std).view(1, 3, 1, 1))
         convs: list[nn.Module] = []
         c_in = 3
+        assert cfg.cnn_strides is not None  # PolicyConfig.__post_init__ fills in the default
         for c_out, k, st in zip(cfg.cnn_channels, cfg.cnn_kernels, cfg.cnn_strides):
             convs += [layer_init(nn.Conv2d(c_in, c_out, k, stride=st, padding=k // 2)), nn.ReLU()]
             c_in = c_out

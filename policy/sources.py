@@ -199,7 +199,7 @@ def space_from_json(entries: Any, where: str) -> gym.spaces.Dict:
     """Inverse of :func:`space_to_json`; ``where`` names the file/field in errors."""
     if not isinstance(entries, list) or not entries:
         raise PolicySourceError(f"{where}: expected a non-empty list of observation inputs")
-    parts = {}
+    parts: dict[str, gym.spaces.Space] = {}
     for i, e in enumerate(entries):
         w = f"{where}[{i}]"
         if not isinstance(e, dict) or not isinstance(e.get("name"), str):
@@ -638,7 +638,9 @@ def _guess_rig(obs_space: gym.spaces.Dict, env_cfg, config: dict) -> dict | None
     generated for this); the resolution is the cameras input's. None when unknown (only for description)."""
     if "cameras" not in obs_space.spaces:
         return None
-    _, H, W, _ = obs_space["cameras"].shape
+    shape = obs_space["cameras"].shape  # [C, H, W, 3]
+    assert shape is not None  # a Box: space_from_json makes nothing else
+    _, H, W, _ = shape
     name = env_cfg.rig
     if name is None:
         suite = str(config.get("suite") or env_cfg.suite)
