@@ -185,7 +185,8 @@ def resolve_policies(specs: Sequence[str], scenarios: Sequence, env: Mapping[str
     """
     if not specs:
         raise PolicyError("no policy: give --policy SOURCE or --compare A B ...")
-    entries, seen = [], {}
+    entries: list[PolicyEntry] = []
+    seen: dict[str, str] = {}  # slug of a label -> the spec that has it
     for spec in specs:
         spec = str(spec)
         if spec in BASELINES:
@@ -275,7 +276,9 @@ def film(entry: PolicyEntry, scenario, act: Callable | None = None) -> tuple[lis
     act = act or make_act(entry, env.action_spec)
     obs, info = env.reset(options={"scenario": str(scenario.id)})
     frames = [env.render()]
-    rec = dict(scenario=str(scenario.id), kind=str(scenario.tags.get("kind", "")), horizon=env._data.horizon)
+    rec: dict[str, Any] = dict(
+        scenario=str(scenario.id), kind=str(scenario.tags.get("kind", "")), horizon=env._loaded.horizon
+    )
     rec.update(event="", steps=0, collision_location="", error="")
     try:
         while True:
@@ -490,7 +493,7 @@ def parse_args(argv: Sequence[str] | None = None) -> EvaluateConfig:
     p.add_argument("--out", help="output folder")
     args = p.parse_args(sys.argv[1:] if argv is None else list(argv))
     overrides = list(args.overrides)
-    compare = []
+    compare: list[str] = []
     for item in args.compare or ():
         (overrides if _OVERRIDE.match(item) else compare).append(item)
     extra: dict[str, Any] = {}

@@ -14,7 +14,7 @@ from sim.gaussians import GaussianCloud
 from sim.scene import Composite
 
 
-def _stack(clouds: list[GaussianCloud], device) -> dict[str, torch.Tensor]:
+def _stack(clouds: list[GaussianCloud], device) -> dict[str, torch.Tensor | int]:
     n = max([len(c) for c in clouds] + [1])
     deg = max(c.sh_degree for c in clouds)
     k = (deg + 1) ** 2

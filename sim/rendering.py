@@ -200,8 +200,10 @@ def render(
     Gaussians with camera-frame z outside (near_plane, far_plane) metres are not drawn.
     Returns a RenderOutput with [C, H, W, *] images, or [S, C, H, W, *] for a sequence of scenes.
     """
-    batched = not isinstance(cloud, GaussianCloud | Composite)
-    scenes = list(cloud) if batched else [cloud]
+    if isinstance(cloud, GaussianCloud | Composite):
+        batched, scenes = False, [cloud]
+    else:
+        batched, scenes = True, list(cloud)
     for i, sc in enumerate(scenes):
         if not isinstance(sc, GaussianCloud | Composite):
             raise TypeError(f"render: scene {i} is a {type(sc).__name__}, expected a GaussianCloud or Composite")
