@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import math
 
 import numpy as np
@@ -9,13 +10,19 @@ import pytest
 import torch
 
 import sim
+from sim import raster_cpu
 from sim.camera import PinholeCamera, make_rig
 from sim.frames import pose_matrix
 from sim.gaussians import GaussianCloud
 from sim.procedural import demo_scene
+from sim.raster_cpu import CHUNK, TILE
 from sim.scene import Composite, Instance
 
-PARITY_DB = 45.0
+PARITY_DB = 45.0  # gsplat against the reference (another rasteriser, on another device)
+# The cpu renderer does the reference's math on the same device: it matches to float rounding
+# (>= 96 dB on the street, exact to 1e-6 elsewhere), so it is held much tighter. A 45 dB gate let a
+# change of depth rounding (near-equal depths swapped: 96 -> 69 dB on the street) pass unnoticed.
+CPU_DB = 80.0
 
 
 def psnr(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -45,13 +52,13 @@ def assert_parity(cloud, vm, K, w, h, **kw):
     ref = sim.render(cloud, vm, K, w, h, backend="reference", **kw)
     out = sim.render(cloud, vm, K, w, h, backend="cpu", **kw)
     assert out.rgb.shape == ref.rgb.shape
-    assert psnr(out.rgb, ref.rgb) >= PARITY_DB
-    assert psnr(out.alpha, ref.alpha) >= PARITY_DB
+    assert psnr(out.rgb, ref.rgb) >= CPU_DB
+    assert psnr(out.alpha, ref.alpha) >= CPU_DB
     # depth in metres: compare where something is drawn, relative to the scene's depth range
     drawn = ref.alpha[..., 0] > 0.05
     if drawn.any():
         scale = float(ref.depth.max()) or 1.0
-        assert psnr(out.depth[drawn] / scale, ref.depth[drawn] / scale) >= PARITY_DB
+        assert psnr(out.depth[drawn] / scale, ref.depth[drawn] / scale) >= CPU_DB
     return out, ref
 
 
@@ -172,8 +179,8 @@ def test_composite_equals_materialised_cloud():
     vm, K = look_forward(96, 48)
     ref = sim.render(comp.to_cloud(), vm, K, 96, 48, backend="reference")
     out = sim.render(comp, vm, K, 96, 48, backend="cpu")
-    assert psnr(out.rgb, ref.rgb) >= PARITY_DB
-    assert psnr(out.alpha, ref.alpha) >= PARITY_DB
+    assert psnr(out.rgb, ref.rgb) >= CPU_DB
+    assert psnr(out.alpha, ref.alpha) >= CPU_DB
 
 
 def test_moving_an_actor_moves_its_pixels():
@@ -208,8 +215,67 @@ def test_batched_scenes_equal_single_renders():
     assert both.rgb.shape == (2, 3, 32, 64, 3)
     for i, sc in enumerate((a, b)):
         one = sim.render(sc, vms[i], rig.Ks(), 64, 32, backend="cpu")
-        # equal up to float rounding: a bank mixing SH degrees evaluates band 0 through the SH path
-        assert torch.allclose(one.rgb, both.rgb[i], atol=1e-5) and torch.allclose(one.alpha, both.alpha[i], atol=1e-6)
+        # bit for bit: each chunk keeps its own SH degree, and a view's tile lists come out in the same
+        # order whatever else is in the call
+        assert torch.equal(one.rgb, both.rgb[i]) and torch.equal(one.alpha, both.alpha[i])
+        assert torch.equal(one.depth, both.depth[i])
+
+
+def test_many_views_in_one_call_match_reference():
+    """Six scenes x front3 in one call (as the vector env renders): the projection's jobs split at
+    view changes and every view's tiles are its own; each view equals the reference's."""
+    rig = make_rig("front3", 64, 32)
+    scenes = [random_cloud(1500 + 700 * i, 30 + i, degree=i % 2) for i in range(4)]
+    scenes += [posed_asset_composite(0.0, 0.3), posed_asset_composite(-1.0, 2.0)]
+    poses = np.stack([pose_matrix(-4.0 + i, 0.4 * i - 1.0, 0.0, 0.1 * i) for i in range(6)])
+    vms = rig.viewmats(poses)
+    out = sim.render(scenes, vms, rig.Ks(), 64, 32, backend="cpu")
+    for i, sc in enumerate(scenes):
+        cloud = sc.to_cloud() if isinstance(sc, Composite) else sc
+        ref = sim.render(cloud, vms[i], rig.Ks(), 64, 32, backend="reference")
+        assert psnr(out.rgb[i], ref.rgb) >= CPU_DB and psnr(out.alpha[i], ref.alpha) >= CPU_DB
+
+
+@pytest.mark.parametrize("n", [1, CHUNK - 1, CHUNK, CHUNK + 1])
+def test_clouds_at_chunk_boundaries(n):
+    vm, K = look_forward(64, 32)
+    assert_parity(random_cloud(n, 40 + n, box=((2, -4, 0), (25, 4, 3))), vm, K, 64, 32)
+
+
+def test_gaussians_on_tile_corners():
+    """Small Gaussians centred on tile corners and edges, each split over up to four tiles: every part
+    is drawn once, in the same order as the reference draws the whole."""
+    w, h, f = 64, 48, 40.0
+    K = torch.tensor([[[f, 0.0, w / 2], [0.0, f, h / 2], [0.0, 0.0, 1.0]]])
+    z = 6.0
+    uv = [(u, v) for u in range(0, w + 1, TILE // 2) for v in range(0, h + 1, TILE // 2)]
+    means = [[(u - w / 2) * z / f, (v - h / 2) * z / f, z + 0.01 * i] for i, (u, v) in enumerate(uv)]
+    n = len(means)
+    rng = np.random.default_rng(0)
+    cloud = GaussianCloud.from_rgb(means, rng.normal(size=(n, 4)), rng.uniform(0.03, 0.12, (n, 3)),
+                                   rng.uniform(0.3, 0.99, n), rng.uniform(0, 1, (n, 3)))  # fmt: skip
+    assert_parity(cloud, torch.eye(4)[None], K, w, h)
+
+
+def test_arena_reclaims_collected_clouds_without_changing_a_pixel(monkeypatch):
+    """Clouds are packed into the renderer's arena once; when they are garbage-collected their space is
+    reclaimed (by compaction) and the clouds still alive render exactly as before."""
+    arena = raster_cpu._Arena()
+    monkeypatch.setattr(raster_cpu, "_ARENA", arena)
+    vm, K = look_forward(64, 32)
+    keep = random_cloud(3000, 50, degree=1)
+    first = sim.render(keep, vm, K, 64, 32, backend="cpu")
+    kept_chunks = arena.n
+    for i in range(6):  # clouds that come and go, as scenes do between episodes
+        gone = random_cloud(5000, 60 + i, degree=i % 2)
+        sim.render([gone, keep], torch.stack([vm, vm]), K, 64, 32, backend="cpu")
+        del gone
+        gc.collect()
+    assert id(keep) in arena.where and len(arena.where) == 1
+    assert arena.n - arena.dead == kept_chunks  # only the live cloud's chunks are in use
+    assert arena.n < 7 * kept_chunks  # compacted on the way (six dead clouds were each larger)
+    again = sim.render(keep, vm, K, 64, 32, backend="cpu")
+    assert torch.equal(first.rgb, again.rgb) and torch.equal(first.depth, again.depth)
 
 
 def test_deterministic():
@@ -275,7 +341,7 @@ def street():
     return demo_scene(seed=3, target_gaussians=50_000, kind="intersection")
 
 
-@pytest.mark.parametrize("size", [(64, 32), (96, 48)])
+@pytest.mark.parametrize("size", [(64, 32), (96, 48), (128, 64)])
 def test_cpu_matches_reference_on_a_procedural_street(street, size):
     """A real digital twin (buildings, trees, sky, vehicles posed as actors) from the ego's rig."""
     w, h = size
@@ -284,6 +350,6 @@ def test_cpu_matches_reference_on_a_procedural_street(street, size):
     vm = rig.viewmats(pose_matrix(8.0, -1.75, 0.0, 0.02))
     ref = sim.render(comp.to_cloud(), vm, rig.Ks(), w, h, backend="reference", far_plane=200.0)
     out = sim.render(comp, vm, rig.Ks(), w, h, backend="cpu", far_plane=200.0)
-    assert psnr(out.rgb, ref.rgb) >= PARITY_DB
-    assert psnr(out.alpha, ref.alpha) >= PARITY_DB
+    assert psnr(out.rgb, ref.rgb) >= CPU_DB
+    assert psnr(out.alpha, ref.alpha) >= CPU_DB
     assert float(ref.alpha.min()) > 0.9  # the sky closes every pixel: a full picture, not a sparse one
