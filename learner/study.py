@@ -38,6 +38,7 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,7 @@ from evaluation.stats import mcnemar, paired_difference, seed_interval
 from learner.config import EvalConfig, ILConfig, PerceptionConfig, RolloutConfig, StoreConfig, TrainConfig
 from learner.train import il_snapshot_name, train
 from sim.configs import field, non_defaults, parse_cli, to_dict
+from store import CheckpointStore
 
 log = logging.getLogger("learner.study")
 
@@ -156,6 +158,39 @@ def train_seed(tcfg: TrainConfig) -> dict:
     }
 
 
+CACHE_FILE = "study-eval.json"  # in each evaluation folder: what the study took from it, and of which checkpoints
+
+
+def _pinned(tcfg: TrainConfig, specs: Sequence[str]) -> list[str]:
+    """Each ``<store>/<run>@latest`` spec with the committed version it means now: a cache key that a
+    newer checkpoint (a run trained further) invalidates."""
+    store = CheckpointStore(tcfg.store.uri)
+    out = []
+    for spec in specs:
+        ref = spec.rsplit("/", 1)[-1]
+        rs, version = store.resolve(ref)
+        out.append(f"{rs.name}@{version}")
+    return out
+
+
+def _cached_evaluation(out: Path, key: dict, compute: Callable[[], dict]) -> dict:
+    """``compute()`` unless ``out`` holds its result for the same ``key`` (a rerun of a study reads back
+    the evaluations it finished); the result is written there, atomically, for the next rerun."""
+    path = out / CACHE_FILE
+    if path.is_file():
+        try:
+            saved = json.loads(path.read_text())
+            if saved.get("key") == key:
+                log.info("study: evaluation in %s is done already (same checkpoints and settings): read back", out)
+                return saved["result"]
+        except (ValueError, KeyError):
+            log.warning("study: %s is unreadable; evaluating again", path)
+    result = compute()
+    out.mkdir(parents=True, exist_ok=True)
+    _write(path, json.dumps({"key": key, "result": _finite(result)}) + "\n")
+    return result
+
+
 def evaluate_seed(cfg: StudyConfig, tcfg: TrainConfig, seed: int) -> dict:
     """Both final policies of a seed on ``eval_suite``: metrics and per-clip values, paired by clip."""
     specs = policy_specs(tcfg)
@@ -171,18 +206,23 @@ def evaluate_seed(cfg: StudyConfig, tcfg: TrainConfig, seed: int) -> dict:
         videos=cfg.videos,
         ray_address=tcfg.ray_address,
     )
-    t0 = time.perf_counter()
-    res = run_evaluation(ecfg)
-    labels = dict(zip(STAGES, res.summary["order"]))
-    stages = {}
-    for stage in STAGES:
-        recs = res.records[labels[stage]]
-        stages[stage] = {
-            "policy": specs[stage],
-            "metrics": rad_metrics(recs),
-            "clips": {r["scenario"]: clip_values(r) for r in recs},
-        }
-    return {"eval_seconds": time.perf_counter() - t0, "report": str(out / "report.md"), "stages": stages}
+
+    def compute() -> dict:
+        t0 = time.perf_counter()
+        res = run_evaluation(ecfg)
+        labels = dict(zip(STAGES, res.summary["order"]))
+        stages = {}
+        for stage in STAGES:
+            recs = res.records[labels[stage]]
+            stages[stage] = {
+                "policy": specs[stage],
+                "metrics": rad_metrics(recs),
+                "clips": {r["scenario"]: clip_values(r) for r in recs},
+            }
+        return {"eval_seconds": time.perf_counter() - t0, "report": str(out / "report.md"), "stages": stages}
+
+    key = {"config": to_dict(ecfg), "checkpoints": _pinned(tcfg, [specs[s] for s in STAGES])}
+    return _cached_evaluation(out, key, compute)
 
 
 # what the camera policy is held against: (label, camera_ablation) -- and the teacher, when trained
@@ -204,17 +244,21 @@ def evaluate_policy(cfg: StudyConfig, spec: str, env: dict, out: Path, seed: int
         videos=cfg.videos,
         ray_address=ray_address,
     )
-    t0 = time.perf_counter()
-    res = run_evaluation(ecfg)
-    recs = res.records[res.summary["order"][0]]
-    return {
-        "policy": spec,
-        "env": env,
-        "eval_seconds": time.perf_counter() - t0,
-        "report": str(out / "report.md"),
-        "metrics": rad_metrics(recs),
-        "clips": {r["scenario"]: clip_values(r) for r in recs},
-    }
+
+    def compute() -> dict:
+        t0 = time.perf_counter()
+        res = run_evaluation(ecfg)
+        recs = res.records[res.summary["order"][0]]
+        return {
+            "policy": spec,
+            "env": env,
+            "eval_seconds": time.perf_counter() - t0,
+            "report": str(out / "report.md"),
+            "metrics": rad_metrics(recs),
+            "clips": {r["scenario"]: clip_values(r) for r in recs},
+        }
+
+    return _cached_evaluation(out, {"config": to_dict(ecfg), "checkpoints": _pinned(cfg.train, [spec])}, compute)
 
 
 def images_seed(cfg: StudyConfig, tcfg: TrainConfig, seed: int) -> dict:
