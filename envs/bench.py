@@ -5,8 +5,11 @@ Steps one env and a vector env (default 8) with cameras on and off, driving the 
 time spent outside rendering (``sim.render`` is timed from the inside). Scenes, numba kernels and
 renderer caches are warmed first: every scenario is reset once before the clock starts.
 
-Figures are wall-clock on whatever else the machine is doing, so the report carries the load
-average and, beside each wall-clock rate, the rate from this process's CPU time.
+Cameras on and off are measured in turns (one step with cameras, then ten without, repeated), so
+their ratio in ``ratios`` (what the cameras cost) holds on a busy machine; ``ratios`` also has the
+vector env over the single env (what one render call for every env gains). Figures are wall-clock
+on whatever else the machine is doing, so the report carries the load average and, beside each
+wall-clock rate, the rate from this process's CPU time.
 """
 
 from __future__ import annotations
@@ -55,37 +58,59 @@ def _warm(env_like, pool) -> None:
         env_like.reset(seed=0, options={"scenario": sid})
 
 
-def bench_single(scenarios, config: dict, steps: int) -> dict:
+def single_stepper(scenarios, config: dict):
+    """(step, env-steps per step) for one env driving the expert's labels, warmed (every scenario
+    reset once, a few steps taken); an episode that ends resets inside the step."""
     env = DrivingEnv(config, scenarios=scenarios)
     _warm(env, env.pool)
-    _, info = env.reset(seed=0)
+    state = {"info": env.reset(seed=0)[1]}
+
+    def step():
+        _, _, te, tr, info = env.step(state["info"]["expert_action"])
+        state["info"] = env.reset()[1] if te or tr else info
+
     for _ in range(3):
-        *_, te, tr, info = env.step(info["expert_action"])
-        if te or tr:
-            _, info = env.reset()
-    with _timed_render() as spent:
-        t0, c0 = time.perf_counter(), time.process_time()
-        for _ in range(steps):
-            _, _, te, tr, info = env.step(info["expert_action"])
-            if te or tr:
-                _, info = env.reset()
-        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    return _figures(steps, wall, cpu, spent)
+        step()
+    return step, 1
 
 
-def bench_vector(scenarios, config: dict, steps: int, num_envs: int) -> dict:
+def vector_stepper(scenarios, config: dict, num_envs: int):
+    """(step, env-steps per step) for a vector env of num_envs driving the expert's labels, warmed."""
     venv = VectorDrivingEnv(scenarios, num_envs, config)
     for sid in venv.pool.ids:  # load every scene once
         venv.reset(seed=0, options={"scenario": sid})
-    _, infos = venv.reset(seed=0)
+    state = {"infos": venv.reset(seed=0)[1]}
+
+    def step():
+        state["infos"] = venv.step(state["infos"]["expert_action"])[4]
+
     for _ in range(3):
-        _, _, _, _, infos = venv.step(infos["expert_action"])
+        step()
+    return step, num_envs
+
+
+def side_by_side(on, off, steps: int, off_per_on: int = 10) -> tuple[dict, dict]:
+    """Figures of two steppers measured in turns: one step of ``on`` (cameras), then ``off_per_on``
+    steps of ``off``, ``steps`` times; each side is timed on its own, so what else the machine does
+    meanwhile weighs on both alike. Renders are counted for ``on`` (``off`` has no cameras)."""
+    (step_on, n_on), (step_off, n_off) = on, off
+    wall = [0.0, 0.0]
+    cpu = [0.0, 0.0]
     with _timed_render() as spent:
-        t0, c0 = time.perf_counter(), time.process_time()
         for _ in range(steps):
-            _, _, _, _, infos = venv.step(infos["expert_action"])
-        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    return _figures(steps * num_envs, wall, cpu, spent) | {"vector_steps": steps, "num_envs": num_envs}
+            t0, c0 = time.perf_counter(), time.process_time()
+            step_on()
+            t1, c1 = time.perf_counter(), time.process_time()
+            for _ in range(off_per_on):
+                step_off()
+            t2, c2 = time.perf_counter(), time.process_time()
+            wall[0] += t1 - t0
+            cpu[0] += c1 - c0
+            wall[1] += t2 - t1
+            cpu[1] += c2 - c1
+    fig_on = _figures(steps * n_on, wall[0], cpu[0], spent)
+    fig_off = _figures(steps * off_per_on * n_off, wall[1], cpu[1], {"s": 0.0, "calls": 0})
+    return fig_on, fig_off
 
 
 def _figures(env_steps: int, wall: float, cpu: float, spent: dict) -> dict:
@@ -118,10 +143,24 @@ def run(suite, steps: int, vector_steps: int, num_envs: int, config: dict) -> di
     }
     on = dict(config)
     off = {**config, "cameras": False}
-    out["single_cameras_on"] = bench_single(scenarios, on, steps)
-    out["single_cameras_off"] = bench_single(scenarios, off, steps * 10)
-    out[f"vector{num_envs}_cameras_on"] = bench_vector(scenarios, on, vector_steps, num_envs)
-    out[f"vector{num_envs}_cameras_off"] = bench_vector(scenarios, off, vector_steps * 10, num_envs)
+    out["single_cameras_on"], out["single_cameras_off"] = side_by_side(
+        single_stepper(scenarios, on), single_stepper(scenarios, off), steps
+    )
+    vec_on, vec_off = f"vector{num_envs}_cameras_on", f"vector{num_envs}_cameras_off"
+    out[vec_on], out[vec_off] = side_by_side(
+        vector_stepper(scenarios, on, num_envs), vector_stepper(scenarios, off, num_envs), vector_steps
+    )
+    out[vec_on] |= {"vector_steps": vector_steps, "num_envs": num_envs}
+    out[vec_off] |= {"vector_steps": vector_steps * 10, "num_envs": num_envs}
+    rate = {k: out[k]["env_steps_per_s"] for k in ("single_cameras_on", "single_cameras_off", vec_on, vec_off)}
+    out["ratios"] = {
+        # what the cameras cost: env-steps/s with them over without (measured in turns)
+        "single_cameras_on_over_off": round(rate["single_cameras_on"] / rate["single_cameras_off"], 4),
+        f"{vec_on}_over_off": round(rate[vec_on] / rate[vec_off], 4),
+        # what batching the envs into one render call gains
+        f"vector{num_envs}_over_single_cameras_on": round(rate[vec_on] / rate["single_cameras_on"], 4),
+        f"vector{num_envs}_over_single_cameras_off": round(rate[vec_off] / rate["single_cameras_off"], 4),
+    }
     out["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
     return out
 

@@ -6,12 +6,14 @@
   included) sampling fragments, env-steps/s, and the scaling ``rollout_2 / rollout_1``;
 - ``learner``: PPO epochs on a gathered batch, samples/s (samples x epochs / s);
 - ``loop``: whole training iterations (weights out, fragments back, GAE, PPO update) with two
-  actors, env-steps/s, and ``loop / vector_env``: how much of the env's own rate the loop keeps.
+  actors, env-steps/s, and ``loop_over_vector_env``: how much of the env's own rate the loop keeps
+  (against the mean of the vector env measured first and again last, which brackets the loop).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -132,7 +134,7 @@ def bench_learner_and_loop(cfg: LearnerBenchConfig) -> tuple[dict, dict]:
 def run(cfg: LearnerBenchConfig) -> dict:
     import ray  # the optional extra splatdrive[ray]: imported where it is used, as everywhere
 
-    out: dict = dict(machine=machine(), config=dict(cfg.__dict__))
+    out: dict = dict(machine=machine(), config=dict(cfg.__dict__), load_average_before=_load())
     # The baseline before Ray starts: its worker processes warm up for seconds and would slow it.
     _say(cfg, "vector env ...")
     out["vector_env"] = bench_vector_env(cfg, 2 * cfg.envs_per_actor)
@@ -146,11 +148,21 @@ def run(cfg: LearnerBenchConfig) -> dict:
         out["rollout_scaling"] = out["rollout_2"]["sps"] / out["rollout_1"]["sps"]
         _say(cfg, "learner and the whole loop ...")
         out["learner"], out["loop"] = bench_learner_and_loop(cfg)
-        out["loop_over_vector_env"] = out["loop"]["sps"] / out["vector_env"]["sps"]
         _say(cfg, f"  learner {out['learner']['samples_per_s']:.0f} samples/s; loop {out['loop']['sps']:.1f} steps/s")
     finally:
         ray.shutdown()
+    # The vector env once more, Ray gone: the loop is set against the mean of the two, which brackets
+    # whatever else the machine did meanwhile (a shared 2-core machine's load moves within minutes).
+    _say(cfg, "vector env again ...")
+    out["vector_env_after"] = bench_vector_env(cfg, 2 * cfg.envs_per_actor)
+    baseline = 0.5 * (out["vector_env"]["sps"] + out["vector_env_after"]["sps"])
+    out["loop_over_vector_env"] = out["loop"]["sps"] / baseline
+    out["load_average_after"] = _load()
     return out
+
+
+def _load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
 
 
 def main(argv=None) -> int:

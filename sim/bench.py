@@ -1,10 +1,13 @@
-"""``python -m sim.bench --json``: renderer throughput per backend, all measured in one run.
+"""``python -m sim.bench --json``: renderer throughput per backend, all measured side by side in one run.
 
 For procedural street scenes of 20k, 100k and 300k Gaussians (background plus vehicles), renders
 the ``front3`` rig at 128x64 per camera and one 256x144 camera from an ego driving down the lane,
-and reports frames/s (a frame is one render call: all cameras of the rig), each backend's
-speed-up over ``reference`` in the same run, and the resident memory of a process that renders
-the largest scene with the fast backend. Prints JSON with ``--json``, a table otherwise.
+and reports frames/s (a frame is one render call: all cameras of the rig), and each backend's
+speed-up over ``reference``. The backends of a case take turns (a slice of fast-backend frames,
+then one reference frame, repeated), so a change in what else the machine is doing hits both sides
+of a ratio alike; the load average is recorded beside the figures. Last, the resident memory of a
+fresh process that renders the largest scene with the cpu backend. Prints JSON with ``--json``, a
+table otherwise.
 """
 
 from __future__ import annotations
@@ -81,21 +84,43 @@ def bench_scene(size: int, kind: str, seed: int):
 
 
 def measure(scene_at, case: str, backend: str, seconds: float, max_frames: int | None) -> dict:
+    """One backend alone: frames/s over ``seconds`` (or ``max_frames`` frames), after a warm-up frame."""
+    return measure_side_by_side(scene_at, case, [backend], seconds, max_frames or 1, rounds=1)[backend]
+
+
+def measure_side_by_side(scene_at, case: str, backends, seconds: float, reference_frames: int, rounds: int = 0):
+    """Backends taking turns on the same frames: in each of ``rounds`` rounds (default: one per
+    reference frame), every fast backend renders for ``seconds / rounds`` and ``reference`` one frame.
+    Returns {backend: figures}."""
     K, vm, w, h, ncam = _cameras(case)
     poses = _poses(10_000)
-    render(scene_at(0), vm(poses[0]), K, w, h, backend=backend, far_plane=250.0)  # warm-up (JIT, caches)
-    if backend == "gsplat":
-        torch.cuda.synchronize()
-    n, t0 = 0, time.perf_counter()
-    while True:
-        render(scene_at(n), vm(poses[n]), K, w, h, backend=backend, far_plane=250.0)
-        n += 1
-        if backend == "gsplat":
+    rounds = rounds or max(1, reference_frames)
+    for b in backends:  # warm-up (JIT, caches)
+        render(scene_at(0), vm(poses[0]), K, w, h, backend=b, far_plane=250.0)
+        if b == "gsplat":
             torch.cuda.synchronize()
-        elapsed = time.perf_counter() - t0
-        if (max_frames is not None and n >= max_frames) or (max_frames is None and elapsed >= seconds):
-            break
-    return dict(case=case, backend=backend, frames=n, seconds=round(elapsed, 4), fps=n / elapsed, cameras=ncam)
+    frames = {b: 0 for b in backends}
+    spent = {b: 0.0 for b in backends}
+    i = 0
+    for _ in range(rounds):
+        for b in backends:
+            budget = None if b == "reference" else seconds / rounds
+            t0 = time.perf_counter()
+            while True:
+                render(scene_at(i), vm(poses[i % len(poses)]), K, w, h, backend=b, far_plane=250.0)
+                if b == "gsplat":
+                    torch.cuda.synchronize()
+                i += 1
+                frames[b] += 1
+                elapsed = time.perf_counter() - t0
+                if budget is None or elapsed >= budget:
+                    break
+            spent[b] += elapsed
+    out = {}
+    for b in backends:
+        fps = frames[b] / spent[b]
+        out[b] = dict(case=case, backend=b, frames=frames[b], seconds=round(spent[b], 4), fps=fps, cameras=ncam)
+    return out
 
 
 def memory_probe(size: int, kind: str, seed: int, threads: int) -> dict:
@@ -125,6 +150,11 @@ def _probe_child(size: int, kind: str, seed: int, threads: int) -> dict:
     )
 
 
+def _load() -> list[float]:
+    """1, 5 and 15 minute load averages: how busy the machine was (figures on a shared machine vary)."""
+    return [round(x, 2) for x in os.getloadavg()]
+
+
 def machine() -> dict:
     cpu = platform.processor() or ""
     try:
@@ -147,6 +177,7 @@ def run(cfg: BenchConfig) -> dict:
     if cfg.threads:
         set_num_threads(cfg.threads)
     backends = list(cfg.backends) or ["cpu", "reference"] + (["gsplat"] if gsplat_available() else [])
+    load_before = _load()
     results = []
     for size in cfg.sizes:
         t0 = time.perf_counter()
@@ -160,19 +191,16 @@ def run(cfg: BenchConfig) -> dict:
             return scene.compose(i % steps)
 
         for case in ("front3_128x64", "single_256x144"):
-            row = {}
-            for b in backends:
-                slow = b == "reference"
-                r = measure(scene_at, case, b, cfg.seconds, cfg.reference_frames if slow else None)
-                row[b] = r
-                if not cfg.json:
+            row = measure_side_by_side(scene_at, case, backends, cfg.seconds, cfg.reference_frames)
+            if not cfg.json:
+                for b, r in row.items():
                     print(f"  {size:>7} {case:<15} {b:<9} {r['fps']:8.2f} frames/s ({r['frames']} frames)", flush=True)
             for r in row.values():
                 r.update(gaussians_target=size, gaussians=n, asset_gaussians=n_assets, scene_build_s=round(build_s, 2))
                 if "reference" in row:
                     r["speedup_vs_reference"] = r["fps"] / row["reference"]["fps"]
                 results.append(r)
-    report = dict(machine=machine(), results=results)
+    report = dict(machine=machine(), load_average_before=load_before, load_average_after=_load(), results=results)
     if cfg.memory_probe and "cpu" in backends:
         report["memory"] = memory_probe(max(cfg.sizes), cfg.kind, cfg.seed, cfg.threads)
     return report

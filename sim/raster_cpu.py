@@ -21,9 +21,11 @@ the OS has descheduled then holds up one job, not half of the frame.
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 import weakref
+from typing import Any
 
 import numba as nb
 import numpy as np
@@ -44,7 +46,7 @@ SOA_ROWS = 11
 # 3 sigma_max ||J||_F + 3 sqrt(0.3 + 0.1) + 1 (low-pass, lambda floor, ceil), under 2.9 px + the 3D term.
 CULL_MARGIN_PX = 4.0
 
-_JIT = dict(cache=True, fastmath={"contract", "arcp", "nsz", "afn"}, error_model="numpy")
+_JIT: dict[str, Any] = dict(cache=True, fastmath={"contract", "arcp", "nsz", "afn"}, error_model="numpy")
 
 # exp(-sigma) is only ever needed for sigma in [0, ln(255)] (beyond, alpha < 1/255 and the pixel is
 # skipped), so a table with linear interpolation replaces libm's exp in the innermost loop: absolute
@@ -63,7 +65,8 @@ _T_MIN32 = np.float32(T_MIN)
 
 def set_num_threads(n: int) -> None:
     """Threads the renderer uses (default: all cores numba sees, or NUMBA_NUM_THREADS)."""
-    nb.set_num_threads(max(1, min(int(n), nb.config.NUMBA_NUM_THREADS)))
+    most = int(nb.config.NUMBA_NUM_THREADS)  # type: ignore[attr-defined]  # numba.config sets it at import
+    nb.set_num_threads(max(1, min(int(n), most)))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -166,7 +169,7 @@ class _Arena:
         cap, cap_sh = len(self.chunk_n), self.sh.shape[0] // CHUNK
         if self.n + extra <= cap and self.n_sh + extra_sh <= cap_sh:
             return
-        old = dict(
+        old: dict[str, np.ndarray] = dict(
             soa=self.soa, rgb=self.rgb, sh=self.sh, chunk_n=self.chunk_n, chunk_aabb=self.chunk_aabb,
             chunk_smax=self.chunk_smax, chunk_deg=self.chunk_deg, chunk_sh=self.chunk_sh,
         )  # fmt: skip
@@ -229,7 +232,7 @@ class _Arena:
             self.n_sh += m
         self.n += m
         key = id(cloud)
-        ref = weakref.ref(cloud, lambda r, key=key: self._dead(key, r))
+        ref = weakref.ref(cloud, functools.partial(self._dead, key))
         self.where[key] = (ref, k0, k0 + m)
         return k0, k0 + m
 
