@@ -435,8 +435,9 @@ def test_exported_policy_for_other_cameras_is_refused_before_any_env(suite_dir, 
     # an observation part the policy needs, switched off
     with pytest.raises(PolicyError, match="needs observation part 'cameras'"):
         run(EvaluateConfig(**base, env={"cameras": False, "resolution": [32, 16]}))
-    with pytest.raises(PolicyError, match="needs observation part 'map'"):
-        run(EvaluateConfig(**base, env={"map": False, "resolution": [32, 16]}))
+    # (a camera-mode policy: its parts are cameras, ego, navigation and command; map is not one of them)
+    with pytest.raises(PolicyError, match="needs observation part 'ego'"):
+        run(EvaluateConfig(**base, env={"ego": False, "resolution": [32, 16]}))
 
 
 # -- trained policies, Ray -------------------------------------------------------------------------------
