@@ -372,6 +372,8 @@ def _ci(d: dict, digits: int = 3) -> str:
     if not d or d.get("n", 0) == 0 or not math.isfinite(d["mean" if "mean" in d else "diff"]):
         return "n/a"
     m = d["mean"] if "mean" in d else d["diff"]
+    if "mean" in d and d.get("n") == 1:  # an interval across seeds needs two seeds at least
+        return f"{m:.{digits}f} (1 seed)"
     return f"{m:.{digits}f} [{d['lo']:.{digits}f}, {d['hi']:.{digits}f}]"
 
 
