@@ -32,7 +32,7 @@ from sim.dynamics import ANCHOR_HORIZON
 
 log = logging.getLogger("envs")
 
-DEMOS_VERSION = 1
+DEMOS_VERSION = 2  # 2: the key holds the observation space
 RENDER_BATCH = 8
 
 
@@ -43,9 +43,12 @@ def _cache_root() -> Path:
     return Path(__file__).resolve().parent.parent / ".cache" / "demos"
 
 
-def _fingerprint(scenarios, config_dict: dict) -> str:
+def _fingerprint(scenarios, config_dict: dict, observation_space: str = "") -> str:
+    """The cache key: the format version, the env config, the observation space it gives (so a change of
+    what an observation holds, at the same settings, is never read from an older file) and the scenarios."""
     h = hashlib.sha256()
     h.update(json.dumps({"v": DEMOS_VERSION, "config": config_dict}, sort_keys=True, default=str).encode())
+    h.update(observation_space.encode())
     for sc in scenarios:
         path = getattr(sc, "path", None)
         h.update(str(sc.id).encode())
@@ -83,7 +86,7 @@ def expert_demonstrations(source, config: dict | None = None, cache: bool = True
     env = DrivingEnv(config, scenarios=source)
     pool = env.pool
     cfg_dict = env.config.to_dict() if hasattr(env.config, "to_dict") else dict(config or {})
-    key = _fingerprint(pool.scenarios, cfg_dict)
+    key = _fingerprint(pool.scenarios, cfg_dict, repr(env.observation_space))
     path = _cache_root() / f"demos-{key}.npz"
     if cache and path.is_file():
         try:
