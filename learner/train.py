@@ -686,7 +686,7 @@ class Trainer:
         if state.il_eval and "il" in self.cfg.stages and "rl" in self.cfg.stages:
             store = self.cfg.store.uri.rstrip("/")
             self.tracker.progress(
-                f"compare IL and RL+IL: python -m scenarios.evaluate --compare {store}/{il_snapshot_name(self.name)} "
+                f"compare IL and RL+IL: python -m evaluation --compare {store}/{il_snapshot_name(self.name)} "
                 f"{store}/{self.name} --suite {self.cfg.eval.suite} --out {self.folder / 'compare'}"
             )
 

@@ -1,7 +1,7 @@
 """Where a policy comes from: a checkpoint in a store, a checkpoint folder, or an exported package.
 
 One resolver, :func:`resolve_policy_source`, for every tool that takes a policy (``python -m
-policy.export``, ``python -m scenarios.evaluate``). A SOURCE is one of:
+policy.export``, ``python -m evaluation``). A SOURCE is one of:
 
 ====================================== ===========================================================
 ``<store>/<run>[@<version>|@latest]``  a run in a checkpoint store (``store``): ``<store>``
