@@ -173,16 +173,17 @@ class _Arena:
             soa=self.soa, rgb=self.rgb, sh=self.sh, chunk_n=self.chunk_n, chunk_aabb=self.chunk_aabb,
             chunk_smax=self.chunk_smax, chunk_deg=self.chunk_deg, chunk_sh=self.chunk_sh,
         )  # fmt: skip
-        live = self.n - self.dead
-        live_sh = int((self.chunk_sh[: self.n] >= 0).sum()) if self.dead else self.n_sh
         keep = [(key, ref, k0, k1) for key, (ref, k0, k1) in self.where.items() if ref() is not None]
-        compact = self.dead > live
+        live = sum(k1 - k0 for _, _, k0, k1 in keep)
+        live_sh = sum(int((self.chunk_sh[k0:k1] >= 0).sum()) for _, _, k0, k1 in keep)
+        compact = self.n - live > live
         need, need_sh = (live if compact else self.n) + extra, (live_sh if compact else self.n_sh) + extra_sh
         self._alloc(max(need, int(self._GROW * cap)), max(need_sh, int(self._GROW * cap_sh)))
         if not compact:
             self._copy(old, 0, self.n, 0, 0)
             return
         self.n, self.n_sh, self.dead = 0, 0, 0
+        self.where = {}  # entries of clouds collected but not yet reported go too
         for key, ref, k0, k1 in sorted(keep, key=lambda e: e[2]):
             self.where[key] = (ref, self.n, self.n + k1 - k0)
             self._copy(old, k0, k1, self.n, self.n_sh)
@@ -212,7 +213,8 @@ class _Arena:
             self.dead += entry[2] - entry[1]
 
     def chunks(self, cloud: GaussianCloud) -> tuple[int, int]:
-        """[k0, k1): the arena chunks of ``cloud``, added now if it is new (call under ``lock``)."""
+        """[k0, k1): the arena chunks of ``cloud``, added now if it is new (call under ``lock``). Adding
+        a cloud may compact the arena, which moves the others: look their chunks up afterwards."""
         entry = self.where.get(id(cloud))
         if entry is not None and entry[0]() is cloud:
             return entry[1], entry[2]
@@ -716,7 +718,10 @@ def render_cpu(scenes, viewmats, Ks, width, height, near=0.01, far=1e10):
     W, H = int(width), int(height)
     parts = [_parts(sc) for sc in scenes]
     with _ARENA.lock:
-        ranges = {id(cl): _ARENA.chunks(cl) for ps in parts for cl, _ in ps}
+        clouds = list({id(cl): cl for ps in parts for cl, _ in ps}.values())
+        for cl in clouds:  # add the new ones first: an addition may compact, moving the others
+            _ARENA.chunks(cl)
+        ranges = {id(cl): _ARENA.chunks(cl) for cl in clouds}
         arena = _ARENA
         # this frame's view of the arena (a later compaction replaces the arrays, not their contents)
         soa, rgb, sh = arena.soa.reshape(-1), arena.rgb, arena.sh

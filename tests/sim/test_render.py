@@ -263,13 +263,19 @@ def test_arena_reclaims_collected_clouds_without_changing_a_pixel(monkeypatch):
     arena = raster_cpu._Arena()
     monkeypatch.setattr(raster_cpu, "_ARENA", arena)
     vm, K = look_forward(64, 32)
+    early = random_cloud(2000, 49)  # collected soon: compaction then moves the kept cloud down
+    sim.render(early, vm, K, 64, 32, backend="cpu")
     keep = random_cloud(3000, 50, degree=1)
     first = sim.render(keep, vm, K, 64, 32, backend="cpu")
-    kept_chunks = arena.n
+    kept_chunks = arena.n - arena.where[id(early)][2]
+    del early
+    gc.collect()
     for i in range(6):  # clouds that come and go, as scenes do between episodes
         gone = random_cloud(5000, 60 + i, degree=i % 2)
-        sim.render([gone, keep], torch.stack([vm, vm]), K, 64, 32, backend="cpu")
-        del gone
+        # the kept cloud first: adding the new one after it may compact the arena, moving it
+        both = sim.render([keep, gone], torch.stack([vm, vm]), K, 64, 32, backend="cpu")
+        assert torch.equal(both.rgb[0], first.rgb) and torch.equal(both.depth[0], first.depth)
+        del gone, both
         gc.collect()
     assert id(keep) in arena.where and len(arena.where) == 1
     assert arena.n - arena.dead == kept_chunks  # only the live cloud's chunks are in use
