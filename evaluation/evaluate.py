@@ -66,6 +66,7 @@ from evaluation.rollouts import PolicyEntry, PoolSettings, make_act, rollouts
 from policy.sources import resolve_policy_source
 from sim.camera import make_rig
 from sim.configs import ConfigError, build_parser, field, overrides_dict, resolve, to_dict
+from store import json_safe
 
 log = logging.getLogger("evaluation")
 
@@ -329,19 +330,6 @@ def write_videos(entries, records, scenarios, cfg: EvaluateConfig, out: Path) ->
 # -- outputs ---------------------------------------------------------------------------------------
 
 
-def _clean(obj):
-    """JSON-safe: NaN/Inf as null, numpy scalars as python numbers."""
-    if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_clean(v) for v in obj]
-    if isinstance(obj, np.generic):
-        obj = obj.item()
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj
-
-
 def summarise(entries, records, scenarios, cfg: EvaluateConfig, suite_path: str, seconds: float) -> dict:
     """metrics.json's content (see the module docstring)."""
     policies = {}
@@ -375,7 +363,7 @@ def write_outputs(summary: dict, records, videos, cfg: EvaluateConfig, out: Path
     out.mkdir(parents=True, exist_ok=True)
     files = {}
     summary = dict(summary, videos=videos)
-    files["metrics"] = _write_text(out / "metrics.json", json.dumps(_clean(summary), indent=2) + "\n")
+    files["metrics"] = _write_text(out / "metrics.json", json.dumps(json_safe(summary), indent=2) + "\n")
     rows = [clip_row(label, r) for label in summary["order"] for r in records[label]]
     files["csv"] = write_csv(out / "scenarios.csv", rows)
     overall = {label: summary["policies"][label]["overall"] for label in summary["order"]}

@@ -72,6 +72,7 @@ from store import (
     bytes_to_tensors,
     from_json_bytes,
     json_bytes,
+    json_safe,
     optimizer_state_from_payload,
     optimizer_state_to_payload,
     tensors_to_bytes,
@@ -757,7 +758,7 @@ def _commit(rs: RunStore, net, opt, epoch, history, metrics, done, fps, cfg, pol
         epoch=epoch,
         done=done,
         history=history,
-        metrics=_finite(metrics),
+        metrics=json_safe(metrics),
         frames_per_s=fps if math.isfinite(fps) else None,
         config=to_dict(cfg),
         policy_config=to_dict(policy_cfg),
@@ -775,16 +776,6 @@ def _commit(rs: RunStore, net, opt, epoch, history, metrics, done, fps, cfg, pol
         rs.retain(2)
     except Exception as e:  # housekeeping; needs the run's lease, which the caller may not hold
         log.debug("perception checkpoints not pruned: %s", e)
-
-
-def _finite(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {str(k): _finite(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_finite(v) for v in obj]
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj
 
 
 def run_stage(

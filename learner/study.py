@@ -41,7 +41,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -52,7 +51,7 @@ from evaluation.stats import mcnemar, paired_difference, seed_interval
 from learner.config import EvalConfig, ILConfig, PerceptionConfig, RolloutConfig, StoreConfig, TrainConfig
 from learner.train import il_snapshot_name, train
 from sim.configs import field, non_defaults, parse_cli, to_dict
-from store import CheckpointStore
+from store import CheckpointStore, json_safe
 
 log = logging.getLogger("learner.study")
 
@@ -187,7 +186,7 @@ def _cached_evaluation(out: Path, key: dict, compute: Callable[[], dict]) -> dic
             log.warning("study: %s is unreadable; evaluating again", path)
     result = compute()
     out.mkdir(parents=True, exist_ok=True)
-    _write(path, json.dumps({"key": key, "result": _finite(result)}) + "\n")
+    _write(path, json.dumps({"key": key, "result": json_safe(result)}) + "\n")
     return result
 
 
@@ -532,18 +531,6 @@ def _write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _finite(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {str(k): _finite(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_finite(v) for v in obj]
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, np.generic):
-        return obj.item()
-    return obj
-
-
 # -- the whole study -------------------------------------------------------------------------------
 
 
@@ -575,7 +562,7 @@ def run(cfg: StudyConfig) -> dict:
         "images": images(seeds),
         "wall_seconds": time.perf_counter() - t0,
     }
-    study = _finite(study)  # a dict in, a dict out
+    study = json_safe(study)  # a dict in, a dict out
     _write(out / "study.json", json.dumps(study, indent=2) + "\n")
     plot(study, out)
     _write(out / "study.md", report_md(study))

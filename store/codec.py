@@ -11,6 +11,7 @@ run lease (the store's other half) never pays the second or so torch takes to im
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -54,6 +55,20 @@ def bytes_to_tensors(data: bytes) -> dict[str, torch.Tensor]:
 def json_bytes(obj: Any) -> bytes:
     """UTF-8 JSON of ``obj`` (NaN and infinities allowed, as Python's json reads them back)."""
     return json.dumps(obj, allow_nan=True, ensure_ascii=False).encode("utf-8")
+
+
+def json_safe(obj: Any) -> Any:
+    """``obj`` as strict JSON can hold it: NaN/Inf as None, numpy scalars as Python numbers, tuples as
+    lists, mapping keys as strings (for reports that other tools read; :func:`json_bytes` keeps NaN)."""
+    if isinstance(obj, dict):
+        return {str(k): json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [json_safe(v) for v in obj]
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
 
 
 def from_json_bytes(data: bytes) -> Any:

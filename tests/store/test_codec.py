@@ -132,3 +132,17 @@ def test_adam_state_round_trip_resumes_bit_identically(tmp_path):
         assert torch.equal(p, q)
     with pytest.raises(TypeError, match="optimizer"):
         optimizer_state_to_payload({"not": "an optimizer state"})
+
+
+def test_json_safe_writes_what_strict_json_holds():
+    import json
+    import math
+
+    import numpy as np
+
+    from store import json_safe
+
+    got = json_safe({1: (np.float32(0.5), float("nan")), "x": [np.int64(3), math.inf, {"y": np.float64("nan")}]})
+    assert got == {"1": [0.5, None], "x": [3, None, {"y": None}]}
+    assert type(got["x"][0]) is int
+    json.dumps(got, allow_nan=False)  # would raise on a NaN or a numpy scalar left over
