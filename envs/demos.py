@@ -29,6 +29,7 @@ import torch
 from envs.driving import DrivingEnv, rgb_to_uint8
 from sim import rendering  # called as rendering.render: the one place envs.bench and tests count or patch
 from sim.dynamics import ANCHOR_HORIZON
+from sim.files import atomic_path
 
 log = logging.getLogger("envs")
 
@@ -168,10 +169,8 @@ def expert_demonstrations(source, config: dict | None = None, cache: bool = True
     out["step"] = np.asarray(steps, np.int64)
     ids = [str(s.id) for s in pool.scenarios]
     if cache and not skipped:  # a broken suite is not cached: its failures are reported on every run
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + f".{os.getpid()}.tmp.npz")
-        np.savez(tmp, **{k: v for k, v in out.items()}, scenario_ids=np.asarray(ids))
-        os.replace(tmp, path)
+        with atomic_path(path, suffix=".npz") as tmp:
+            np.savez(tmp, **{k: v for k, v in out.items()}, scenario_ids=np.asarray(ids))
     log.info("demonstrations: %d frames from %d scenarios in %.1f s", len(rows), n_sc, time.perf_counter() - t0)
     out["num_scenarios"] = n_sc - len(skipped)
     out["scenario_ids"] = ids

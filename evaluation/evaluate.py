@@ -31,7 +31,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import re
 import sys
 import time
@@ -66,6 +65,7 @@ from evaluation.rollouts import PolicyEntry, PoolSettings, make_act, rollouts
 from policy.sources import resolve_policy_source
 from sim.camera import make_rig
 from sim.configs import ConfigError, build_parser, field, overrides_dict, resolve, to_dict
+from sim.files import atomic_write
 from store import json_safe
 
 log = logging.getLogger("evaluation")
@@ -363,7 +363,7 @@ def write_outputs(summary: dict, records, videos, cfg: EvaluateConfig, out: Path
     out.mkdir(parents=True, exist_ok=True)
     files = {}
     summary = dict(summary, videos=videos)
-    files["metrics"] = _write_text(out / "metrics.json", json.dumps(json_safe(summary), indent=2) + "\n")
+    files["metrics"] = atomic_write(out / "metrics.json", json.dumps(json_safe(summary), indent=2) + "\n")
     rows = [clip_row(label, r) for label in summary["order"] for r in records[label]]
     files["csv"] = write_csv(out / "scenarios.csv", rows)
     overall = {label: summary["policies"][label]["overall"] for label in summary["order"]}
@@ -415,16 +415,9 @@ def write_outputs(summary: dict, records, videos, cfg: EvaluateConfig, out: Path
     lines += ["## Policies", ""] + [
         f"- {k}: `{summary['policies'][k]['spec']}` ({summary['policies'][k]['kind']})" for k in summary["order"]
     ]
-    files["report"] = _write_text(out / "report.md", "\n".join(lines) + "\n")
-    files["config"] = _write_text(out / "config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    files["report"] = atomic_write(out / "report.md", "\n".join(lines) + "\n")
+    files["config"] = atomic_write(out / "config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))
     return files
-
-
-def _write_text(path: Path, text: str) -> Path:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-    return path
 
 
 # -- the whole run ---------------------------------------------------------------------------------

@@ -67,6 +67,7 @@ from policy.network import ActorCritic, CameraEncoder, PolicyConfig, layer_init
 from sim import rendering  # called as rendering.render: the one place benches and tests count or patch
 from sim.camera import CameraRig
 from sim.configs import to_dict
+from sim.files import atomic_path, atomic_write
 from store import (
     RunStore,
     bytes_to_tensors,
@@ -352,16 +353,15 @@ class FrameCache:
                 chunk = plan[i * cfg.shard_frames : (i + 1) * cfg.shard_frames]
                 arrays = _render_shard(env, chunk, grid, cfg, seed, kinds)
                 rendered += len(chunk)
-                tmp = path.with_name(f"{fname}.{os.getpid()}.tmp.npz")
-                np.savez(tmp, **arrays)  # type: ignore[arg-type]  # (numpy's stub types the first keyword)
-                os.replace(tmp, path)
+                with atomic_path(path, suffix=".npz") as tmp:
+                    np.savez(tmp, **arrays)  # type: ignore[arg-type]  # (numpy's stub types the first keyword)
                 entry = dict(file=fname, frames=len(chunk), bytes=path.stat().st_size, sha256=_sha256(path))
                 if progress:
                     progress(f"perception cache {name}: shard {i + 1}/{n_shards} rendered ({len(chunk)} frames)")
             index["shards"].append(entry)
             parts.append(arrays)
             # the index after every shard: an interrupted build keeps what it rendered
-            _write_json(folder / "index.json", index)
+            atomic_write(folder / "index.json", json.dumps(index))
         env.close()
         if not parts:
             raise RuntimeError(f"perception cache {name}: no frames (no scenario in {source!r} could be used)")
@@ -412,12 +412,6 @@ def _read_index(path: Path) -> dict | None:
     except (OSError, ValueError):
         return None
     return d if isinstance(d, dict) and d.get("version") == CACHE_VERSION else None
-
-
-def _write_json(path: Path, obj: Any) -> None:
-    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(obj))
-    os.replace(tmp, path)
 
 
 def _load_shard(path: Path, entry: Mapping[str, Any]) -> dict[str, np.ndarray] | None:

@@ -35,7 +35,6 @@ import dataclasses
 import json
 import logging
 import math
-import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -51,6 +50,7 @@ from evaluation.stats import mcnemar, paired_difference, seed_interval
 from learner.config import EvalConfig, ILConfig, PerceptionConfig, RolloutConfig, StoreConfig, TrainConfig
 from learner.train import il_snapshot_name, train
 from sim.configs import field, non_defaults, parse_cli, to_dict
+from sim.files import atomic_write
 from store import CheckpointStore, json_safe
 
 log = logging.getLogger("learner.study")
@@ -186,7 +186,7 @@ def _cached_evaluation(out: Path, key: dict, compute: Callable[[], dict]) -> dic
             log.warning("study: %s is unreadable; evaluating again", path)
     result = compute()
     out.mkdir(parents=True, exist_ok=True)
-    _write(path, json.dumps({"key": key, "result": json_safe(result)}) + "\n")
+    atomic_write(path, json.dumps({"key": key, "result": json_safe(result)}) + "\n")
     return result
 
 
@@ -525,12 +525,6 @@ def plot(study: dict, out: Path) -> list[Path]:
     return files
 
 
-def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 # -- the whole study -------------------------------------------------------------------------------
 
 
@@ -563,9 +557,9 @@ def run(cfg: StudyConfig) -> dict:
         "wall_seconds": time.perf_counter() - t0,
     }
     study = json_safe(study)  # a dict in, a dict out
-    _write(out / "study.json", json.dumps(study, indent=2) + "\n")
+    atomic_write(out / "study.json", json.dumps(study, indent=2) + "\n")
     plot(study, out)
-    _write(out / "study.md", report_md(study))
+    atomic_write(out / "study.md", report_md(study))
     return study
 
 

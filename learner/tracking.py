@@ -24,6 +24,8 @@ from typing import Any
 
 import yaml
 
+from sim.files import atomic_write
+
 log = logging.getLogger(__name__)
 
 
@@ -116,9 +118,7 @@ class Tracker:
         (``provenance/<key>``) and an MLflow artifact."""
         self.info[key] = value
         text = json.dumps(value, indent=2, default=str)
-        tmp = self.folder / "run.json.tmp"
-        tmp.write_text(json.dumps(self.info, indent=2, default=str))
-        tmp.replace(self.folder / "run.json")  # never a half-written provenance
+        atomic_write(self.folder / "run.json", json.dumps(self.info, indent=2, default=str))  # never half-written
         if self.tb is not None:
             self.tb.add_text(f"provenance/{key}", "\n".join("    " + line for line in text.splitlines()), 0)
         if self.mlflow is not None:

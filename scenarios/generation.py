@@ -62,6 +62,7 @@ from scenarios.io import save
 from scenarios.kinds import DRAFTS, Draft, Garage
 from sim import procedural
 from sim.collision import StaticIndex
+from sim.files import atomic_write
 from sim.ply import save_ply
 
 log = logging.getLogger("scenarios.generate")
@@ -457,9 +458,7 @@ def generate_suite(
         "generated_in_s": round(elapsed, 1),
         "scenarios": [{"id": i, "difficulty": d, "seconds": round(s, 2)} for i, d, s in ordered],
     }
-    tmp = out / f".suite.yaml.{os.getpid()}.tmp"
-    tmp.write_text(yaml.safe_dump(manifest, sort_keys=False))
-    os.replace(tmp, out / "suite.yaml")
+    atomic_write(out / "suite.yaml", yaml.safe_dump(manifest, sort_keys=False))
     log.info("%d scenarios in %.1f s -> %s", count, elapsed, out)
     return [out / f"{i}.json" for i, _, _ in ordered]
 

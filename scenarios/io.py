@@ -32,6 +32,7 @@ from scenarios.format import (
     Track,
 )
 from sim.camera import RIGS
+from sim.files import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -569,13 +570,7 @@ def save(scenario: Scenario, path: str | os.PathLike) -> Path:
             raise ScenarioError(f"{path}: {e}") from None
         raise ScenarioError(f"{path}: cannot write scenario {scenario.id!r}: {e}") from None
     from_dict(json.loads(text), base=path.parent, file=str(path))  # never write what load would refuse
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    atomic_write(path, text)
     return path
 
 

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import os
 import re
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +39,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from sim.files import atomic_write
 from sim.gaussians import GaussianCloud
 from sim.sh import num_sh_bases
 
@@ -441,29 +441,7 @@ def save_ply(cloud: GaussianCloud, path: str | os.PathLike) -> None:
     header = "ply\nformat binary_little_endian 1.0\n"
     header += f"element vertex {n}\n" + "".join(f"property float {name}\n" for name in names)
     header += "end_header\n"
-    _atomic_write(Path(p), [header.encode("ascii"), rows])
-
-
-def _atomic_write(path: Path, parts: list) -> None:  # parts: bytes-like, C-contiguous
-    """Write to a temporary file beside ``path``, fsync, then rename over it: all or nothing."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # umask applies, as for open()
-    try:
-        with os.fdopen(fd, "wb") as f:
-            for part in parts:
-                f.write(part)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    if hasattr(os, "O_DIRECTORY"):  # make the rename itself durable (POSIX)
-        dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+    atomic_write(p, [header.encode("ascii"), memoryview(rows)], fsync=True, mkdir=False)
 
 
 def _bench(n: int) -> dict:

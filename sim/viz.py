@@ -17,6 +17,7 @@ import numpy as np
 from PIL import Image
 
 from sim.camera import CameraRig
+from sim.files import atomic_path, temporary_path
 
 if TYPE_CHECKING:  # imageio is an optional extra (viz), imported where it is used
     from imageio.core.format import Format
@@ -92,10 +93,8 @@ def banner(frame: np.ndarray, text: str, color=(200, 30, 30), where: str = "bott
 
 def write_png(path: str | Path, img: np.ndarray) -> Path:
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(p.name + ".tmp")
-    Image.fromarray(to_uint8(img)).save(tmp, format="PNG")
-    os.replace(tmp, p)
+    with atomic_path(p, suffix=".png") as tmp:
+        Image.fromarray(to_uint8(img)).save(tmp, format="PNG")
     return p
 
 
@@ -105,7 +104,7 @@ class Mp4Writer:
     def __init__(self, path: str | Path, fps: float = 10.0):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._tmp = self.path.with_name(self.path.stem + ".tmp.mp4")
+        self._tmp = temporary_path(self.path, suffix=".mp4")
         self._writer: Format.Writer | None = None
         self.fps = fps
         self.frames = 0

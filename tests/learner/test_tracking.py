@@ -21,7 +21,7 @@ def test_provenance_goes_to_run_json_and_tensorboard_text(tmp_path):
     info = json.loads((tmp_path / "run" / "run.json").read_text())
     assert info["render"] == render and info["learners"]["backend"] == "gloo"
     assert info["seed"] == 3 and "git_commit" in info and "versions" in info  # what was there is kept
-    assert not (tmp_path / "run" / "run.json.tmp").exists()
+    assert sorted(p.name for p in (tmp_path / "run").iterdir() if "tmp" in p.name) == []  # no temporary left
     ea = EventAccumulator(str(tmp_path / "run"))
     ea.Reload()
     tags = ea.Tags()["tensors"]
