@@ -441,7 +441,7 @@ def save_ply(cloud: GaussianCloud, path: str | os.PathLike) -> None:
     header = "ply\nformat binary_little_endian 1.0\n"
     header += f"element vertex {n}\n" + "".join(f"property float {name}\n" for name in names)
     header += "end_header\n"
-    atomic_write(p, [header.encode("ascii"), memoryview(rows)], fsync=True, mkdir=False)
+    atomic_write(p, [header.encode("ascii"), rows.data], fsync=True, mkdir=False)
 
 
 def _bench(n: int) -> dict:
