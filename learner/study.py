@@ -24,8 +24,8 @@ Do the images matter (issue 11)? Each seed trains ``stage=perception+il+rl`` in 
 default: images, the ego's own motion, navigation from the map). With ``ablations`` (on by default)
 its final camera policy also drives ``eval_suite`` with its cameras blanked (flat grey) and with
 another clip's frames (``env.camera_ablation=blank|shuffle``), paired clip by clip with its own
-images; with ``teacher`` a privileged teacher (``env.observation=privileged``, cameras off, stage
-il+rl, the same budget) is trained beside it, run ``<name>-s<s>-teacher``. study.md's "Images" section
+images; with ``teacher`` (on by default) a privileged teacher (``env.observation=privileged``, cameras
+off, stage il+rl, the same budget) is trained beside it, run ``<name>-s<s>-teacher``. study.md's "Images" section
 has them all with intervals, and stage perception's metrics on val (``perception.md`` per run).
 """
 
@@ -66,13 +66,16 @@ SUMMARY = (
 )
 PAIRED = (("collision", "CR"), ("RC", "RC"), ("DS", "driving score"))
 
-# The study's budget: 400 RL iterations x (2 actors x 4 envs x 32 steps) = 102,400 env-steps of RL per
-# seed, after 60 IL iterations; evaluation on val every 50 RL iterations gives the learning curve.
-# Stage perception first: 840 training frames (every 4th step of the 42 clips), 30 epochs.
+# The study's budget, sized so that the whole study (3 seeds x three stages in camera mode, the teacher,
+# the ablations, every evaluation) runs in about an hour on 2 CPU cores (the README has the measured wall
+# time): stage perception on 840 training frames (every 4th step of the 42 clips), 30 epochs; 60 IL
+# iterations; 100 RL iterations x (2 actors x 4 envs x 32 steps) = 25,600 env-steps of RL per seed, with
+# an evaluation on val every 50 RL iterations for the learning curve. A longer RL stage is one setting
+# (``train.iterations=400``: 102,400 env-steps, about 4x the RL time).
 STUDY_TRAIN = TrainConfig(
     stage="perception+il+rl",
     perception=PerceptionConfig(every=4, epochs=30),
-    iterations=400,
+    iterations=100,
     store=StoreConfig(checkpoint_every=50),
     rollout=RolloutConfig(num_actors=2, envs_per_actor=4, fragment_length=32),
     il=ILConfig(pretrain_iterations=60),
@@ -97,7 +100,7 @@ class StudyConfig:
         "clip's frames (env.camera_ablation=blank, shuffle): do the images matter?",
     )
     teacher: bool = field(
-        False,
+        True,
         help="also train and evaluate a privileged teacher per seed (env.observation=privileged, env.cameras=false, "
         "stage il+rl, the same budget): the upper bound",
     )

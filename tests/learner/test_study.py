@@ -38,7 +38,7 @@ def tiny_study(tmp, suite) -> StudyConfig:
     return from_dict(
         StudyConfig,
         {"name": "tiny", "out": str(tmp / "study"), "seeds": 2, "eval_suite": str(suite), "eval_num_actors": 0,
-         "eval_num_envs": 2, "train": train},
+         "eval_num_envs": 2, "teacher": False, "train": train},
     )  # fmt: skip
 
 
