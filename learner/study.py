@@ -383,11 +383,13 @@ def report_md(study: dict) -> str:
     cfg, agg, pair, v = study["config"], study["aggregate"], study["paired"], study["verdict"]
     n_clips = len(next(iter(study["seeds"]))["eval"]["stages"]["il"]["clips"]) if study["seeds"] else 0
     steps = [s["train"]["env_steps"] for s in study["seeds"]]
+    lo, hi = min(steps, default=0), max(steps, default=0)
+    budget = f"{lo:,}" if lo == hi else f"{lo:,} to {hi:,}"
     lines = [
         f"# Study `{cfg['name']}`: IL vs IL -> RL+IL on `{cfg['eval_suite']}`",
         "",
-        f"{len(study['seeds'])} seeds x {n_clips} held-out clips; RL budget {min(steps, default=0):,} to "
-        f"{max(steps, default=0):,} env-steps per seed; wall time {study['wall_seconds'] / 60:.1f} min.",
+        f"{len(study['seeds'])} seeds x {n_clips} held-out clips; RL budget {budget} env-steps "
+        f"per seed; wall time {study['wall_seconds'] / 60:.1f} min.",
         "Means across seeds with Student-t 95 % intervals (over the seeds). Lower CR and DR, higher RC, "
         "driving score and success are better.",
         "",
