@@ -252,7 +252,7 @@ def test_three_stages_in_one_run_with_perception_frozen(tmp_path, suite, monkeyp
 
 
 def test_fast_segment_distance_matches_the_reference():
-    from learner.perception import _segment_distance, _segment_distance_fast
+    from learner.perception.labels import _segment_distance, _segment_distance_fast
 
     rng = np.random.default_rng(0)
     for n_seg in (1, 3, 40):

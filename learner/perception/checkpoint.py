@@ -1,0 +1,101 @@
+"""Stage perception's checkpoints: every epoch to the store run ``<run>-perception``
+(``perception.safetensors``, the optimizer, ``perception.json`` with the epoch, history and metrics), the
+newest two kept."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import socket
+import uuid
+
+import torch
+from torch import nn
+
+from learner.config import PerceptionConfig
+from learner.perception.cache import FrameCache
+from policy.network import PolicyConfig
+from sim.configs import to_dict
+from store import (
+    Checkpoint,
+    RunStore,
+    bytes_to_tensors,
+    from_json_bytes,
+    json_bytes,
+    json_safe,
+    optimizer_state_from_payload,
+    optimizer_state_to_payload,
+    tensors_to_bytes,
+)
+
+log = logging.getLogger(__name__)
+
+STATE_FILE, OPT_FILE, OPT_TREE_FILE, META_FILE = (
+    "perception.safetensors",
+    "optimizer.safetensors",
+    "optimizer.json",
+    "perception.json",
+)
+
+
+def perception_run_name(run: str) -> str:
+    """The store run that holds a training run's perception checkpoints."""
+    return f"{run}-perception"
+
+
+def lease_owner() -> str:
+    """An owner name for a store lease: host, process and a random tag."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def write_checkpoint(
+    rs: RunStore,
+    net: nn.Module,
+    opt: torch.optim.Optimizer,
+    epoch: int,
+    history: list,
+    metrics: dict,
+    done: bool,
+    fps: float,
+    cfg: PerceptionConfig,
+    policy_cfg: PolicyConfig,
+    train: FrameCache,
+) -> None:
+    """Commit the network, the optimizer and ``perception.json`` after ``epoch`` epochs, then keep the
+    newest two versions (when the caller holds the run's lease)."""
+    opt_t, opt_tree = optimizer_state_to_payload(opt.state_dict())
+    meta = dict(
+        format=1,
+        epoch=epoch,
+        done=done,
+        history=history,
+        metrics=json_safe(metrics),
+        frames_per_s=fps if math.isfinite(fps) else None,
+        config=to_dict(cfg),
+        policy_config=to_dict(policy_cfg),
+        cache=str(train.folder),
+        frames=len(train),
+    )
+    files = {
+        STATE_FILE: tensors_to_bytes({k: v.detach().cpu() for k, v in net.state_dict().items()}),
+        OPT_FILE: tensors_to_bytes(opt_t),
+        OPT_TREE_FILE: json_bytes(opt_tree),
+        META_FILE: json_bytes(meta),
+    }
+    rs.commit(files, dict(stage="perception", epoch=epoch, done=done))
+    try:
+        rs.retain(2)
+    except Exception as e:  # housekeeping; needs the run's lease, which the caller may not hold
+        log.debug("perception checkpoints not pruned: %s", e)
+
+
+def restore_checkpoint(ck: Checkpoint, net: nn.Module, opt: torch.optim.Optimizer) -> dict:
+    """Load a checkpoint's network and optimizer state into ``net`` and ``opt``; returns its
+    ``perception.json`` (epoch, done, history, metrics, frames_per_s...)."""
+    meta = from_json_bytes(ck.files[META_FILE])
+    net.load_state_dict(bytes_to_tensors(ck.files[STATE_FILE]))
+    opt.load_state_dict(
+        optimizer_state_from_payload(bytes_to_tensors(ck.files[OPT_FILE]), from_json_bytes(ck.files[OPT_TREE_FILE]))
+    )
+    return meta

@@ -1,0 +1,169 @@
+"""Stage perception's training loop and the whole stage (both frame caches, training, metrics)."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from envs.config import EnvConfig
+from learner.config import PerceptionConfig
+from learner.perception.cache import FrameCache
+from learner.perception.checkpoint import restore_checkpoint, write_checkpoint
+from learner.perception.heads import PerceptionNet
+from learner.perception.labels import LABEL_KEYS
+from learner.perception.loss import perception_loss, positive_weights
+from learner.perception.metrics import evaluate_perception
+from policy.network import PolicyConfig
+from store import RunStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PerceptionResult:
+    """What the stage gives: the encoder under the policy's names, the val metrics, the per-epoch
+    history, and the training frames/s (forward + backward, this process)."""
+
+    encoder: dict[str, torch.Tensor]
+    metrics: dict
+    history: list
+    frames_per_s: float
+    epochs: int
+    resumed_done: bool = False
+
+
+def build_net(train: FrameCache, policy_cfg: PolicyConfig, cfg: PerceptionConfig) -> PerceptionNet:
+    """A fresh network for ``train``'s camera rig and image size and ``cfg``'s grid."""
+    _, C, H, W, _ = train.arrays["cameras"].shape
+    return PerceptionNet(C, H, W, policy_cfg, cfg.cells)
+
+
+def train_perception(
+    cfg: PerceptionConfig,
+    policy_cfg: PolicyConfig,
+    train: FrameCache,
+    val: FrameCache | None,
+    *,
+    seed: int = 0,
+    run_store: RunStore | None = None,
+    progress: Callable[[str], None] | None = None,
+    on_epoch: Callable[[int, dict], None] | None = None,
+) -> PerceptionResult:
+    """Train the encoder and heads for ``cfg.epochs`` epochs on ``train`` (minibatches of
+    ``cfg.batch_size``, shuffled by a generator seeded with (seed, epoch)); evaluate on ``val`` at the
+    end. With ``run_store``, a checkpoint after every epoch, and a resume from its newest one (a stage
+    already finished is loaded, not trained again)."""
+    say = progress or (lambda msg: log.info("%s", msg))
+    torch.manual_seed(seed)
+    net = build_net(train, policy_cfg, cfg)
+    opt = torch.optim.Adam(net.parameters(), lr=cfg.lr)
+    history: list = []
+    start, fps = 0, math.nan
+    if run_store is not None and run_store.latest() is not None:
+        ck = run_store.load_latest()
+        assert ck is not None
+        meta = restore_checkpoint(ck, net, opt)
+        start, history = int(meta["epoch"]), list(meta.get("history", []))
+        if meta.get("done") and start >= cfg.epochs:
+            say(f"perception: finished earlier ({start} epochs, {run_store.uri}@{ck.version}); not trained again")
+            return PerceptionResult(
+                net.encoder_weights(), meta.get("metrics") or {}, history, float(meta.get("frames_per_s", math.nan)),
+                start, resumed_done=True,
+            )  # fmt: skip
+        say(f"perception: resuming at epoch {start}/{cfg.epochs} from {run_store.uri}@{ck.version}")
+    pos_weight = positive_weights(train)
+    visible = torch.from_numpy(train.visible)
+    tensors = {k: torch.from_numpy(train.arrays[k]) for k in ("cameras", *LABEL_KEYS)}
+    n = len(train)
+    seen, busy = 0, 0.0
+    for epoch in range(start, cfg.epochs):
+        net.train()
+        gen = torch.Generator().manual_seed(seed * 1000 + epoch)
+        perm = torch.randperm(n, generator=gen)
+        sums: dict[str, float] = {}
+        steps = 0
+        t0 = time.perf_counter()
+        for i in range(0, n, cfg.batch_size):
+            idx = perm[i : i + cfg.batch_size]
+            batch = {k: v[idx] for k, v in tensors.items()}
+            out = net(batch["cameras"])
+            loss, terms = perception_loss(out, batch, visible, pos_weight, cfg.velocity_weight)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            steps += 1
+            for k, v in {"loss": float(loss.detach()), **terms}.items():
+                sums[k] = sums.get(k, 0.0) + v
+        dt = time.perf_counter() - t0
+        seen += n
+        busy += dt
+        fps = seen / max(busy, 1e-9)
+        row = {"epoch": epoch + 1, "seconds": dt, "frames_per_s": n / max(dt, 1e-9)}
+        row.update({k: v / max(steps, 1) for k, v in sums.items()})
+        history.append(row)
+        say(
+            f"perception epoch {epoch + 1}/{cfg.epochs} | loss {row['loss']:.3f} (occupancy {row['occupancy']:.3f}, "
+            f"drivable {row['drivable']:.3f}, lane {row['lane']:.3f}, velocity {row['velocity']:.2f} m/s) | "
+            f"{row['frames_per_s']:.0f} frames/s"
+        )
+        done = epoch + 1 == cfg.epochs
+        metrics = evaluate_perception(net, val, train) if (done and val is not None) else {}
+        if on_epoch:
+            on_epoch(epoch + 1, row)
+        if run_store is not None:
+            write_checkpoint(run_store, net, opt, epoch + 1, history, metrics, done, fps, cfg, policy_cfg, train)
+        if done:
+            return PerceptionResult(net.encoder_weights(), metrics, history, fps, epoch + 1)
+    metrics = evaluate_perception(net, val, train) if val is not None else {}
+    return PerceptionResult(net.encoder_weights(), metrics, history, fps, cfg.epochs)
+
+
+def run_stage(
+    cfg: PerceptionConfig,
+    policy_cfg: PolicyConfig,
+    env_config: Mapping[str, Any] | EnvConfig | None,
+    train_suite,
+    val_suite,
+    *,
+    seed: int = 0,
+    run_store: RunStore | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[PerceptionResult, dict]:
+    """The whole stage: both frame caches (built or loaded), training (or its finished checkpoint),
+    metrics. Returns (result, info) with info: frames, cache folders and sizes, render frames/s."""
+    say = progress or (lambda msg: log.info("%s", msg))
+    t0 = time.perf_counter()
+    train = FrameCache.build(train_suite, env_config, cfg, cfg.every, name="train", seed=cfg.seed, progress=say)
+    t1 = time.perf_counter()
+    val = FrameCache.build(val_suite, env_config, cfg, cfg.val_every, name="val", seed=cfg.seed, progress=say)
+    t2 = time.perf_counter()
+    rendered = train.rendered + val.rendered
+    info = dict(
+        train_frames=len(train),
+        val_frames=len(val),
+        cache_mb=round((train.nbytes + val.nbytes) / 2**20, 1),
+        cache=[str(train.folder), str(val.folder)],
+        rendered=rendered,
+        render_frames_per_s=rendered / (t2 - t0) if rendered else None,
+        cache_seconds=t2 - t0,
+    )
+    say(
+        f"perception frames: {len(train)} train, {len(val)} val ({info['cache_mb']} MB; "
+        f"{rendered} rendered in {t2 - t0:.0f} s, train {t1 - t0:.0f} s)"
+    )
+    result = train_perception(cfg, policy_cfg, train, val, seed=seed, run_store=run_store, progress=say)
+    m = result.metrics.get("all") if result.metrics else None
+    if m:
+        say(
+            f"perception on val: occupancy IoU {m['occupancy_iou']:.3f} (prior {m.get('prior_occupancy_iou', 0):.3f}), "
+            f"velocity error {m['velocity_error']:.2f} m/s, drivable IoU {m['drivable_iou']:.3f} "
+            f"(prior {m.get('prior_drivable_iou', 0):.3f}), lane IoU {m['lane_iou']:.3f} "
+            f"(prior {m.get('prior_lane_iou', 0):.3f})"
+        )
+    return result, info
