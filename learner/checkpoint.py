@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from policy.sources import SPACES_FILE, spaces_json
+from policy.spaces import SPACES_FILE, spaces_json
 from store import (
     bytes_to_tensors,
     from_json_bytes,

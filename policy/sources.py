@@ -26,10 +26,11 @@ safetensors, everything else JSON. A missing or corrupt source raises :class:`Po
 naming the source and the file, before anything else happens.
 
 The observation space of a checkpoint comes from its ``obs_space.json`` (written by
-``learner.checkpoint.encode`` when the trainer passes the env's space) or, for checkpoints without
-one, is rebuilt from ``config.json``'s ``env`` with the env's own code (``envs.observation``); the
-camera rig and resolution, when the env config leaves them to the scenarios, come from the first
-scenario of the run's training suite. Either way the weights must fit the network built from it.
+``learner.checkpoint.encode`` when the trainer passes the env's space; the JSON codec is
+:mod:`policy.spaces`) or, for checkpoints without one, is rebuilt from ``config.json``'s ``env`` with the
+env's own code (:mod:`policy.rebuild`); the camera rig and resolution, when the env config leaves them
+to the scenarios, come from the first scenario of the run's training suite. Either way the weights must
+fit the network built from it. A SOURCE is parsed by :mod:`policy.source_spec`; this module resolves it.
 
 This module is training-side code (torch, gymnasium, envs); a consumer that only runs an exported
 policy needs :mod:`policy.exported` alone. Checkpoints are read through the store's public API
@@ -40,28 +41,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import gymnasium as gym
 import numpy as np
 import torch
 
 from envs.config import OBSERVATION_MODES, EnvConfig
-from envs.observation import (
-    AGENT_FEATURES,
-    CAMERA_EGO_FEATURES,
-    COMMANDS,
-    EGO_FEATURES,
-    MAP_FEATURES,
-    observation_mode,
-    observation_space,
-)
+from envs.observation import observation_mode
+from policy.errors import PolicySourceError
 from policy.exported import (
     FORMAT as EXPORT_FORMAT,
 )
@@ -77,267 +69,23 @@ from policy.exported import (
     verify_files,
 )
 from policy.network import ActorCritic, ExportPolicy, PolicyConfig
+from policy.rebuild import guess_rig, rebuild_obs_space
+from policy.source_spec import SYNTAX, SourceSpec, parse_source, redact_uri
+from policy.spaces import (
+    ACTION_KEYS,
+    OBS_DOCS,
+    SPACES_FILE,
+    SPACES_FORMAT,
+    action_spec_from_json,
+    space_from_json,
+    space_to_json,
+    spaces_json,
+)
 from scenarios.actions import ActionSpec
-from scenarios.builtin import BUILTIN_SUITES, BUILTIN_VERSION, builtin_suite, cache_root
-from scenarios.io import ScenarioError, scenario_files
-from scenarios.io import load as load_scenario
-from sim.camera import make_rig
 from sim.configs import ConfigError, from_dict
-from store import MANIFEST, CheckpointStore, StoreError, bytes_to_tensors, parse_ref, parse_version_dir
+from store import MANIFEST, CheckpointStore, StoreError, bytes_to_tensors
 
-log = logging.getLogger(__name__)
-
-SPACES_FILE = "obs_space.json"  # in a training checkpoint, next to config.json (learner.checkpoint)
-SPACES_FORMAT = 1
 CHECKPOINT_REQUIRED = ("policy.safetensors", "config.json")
-ACTION_KEYS = ("n_lat", "lat_max", "n_long", "long_max", "max_curvature")
-SYNTAX = "<store>/<run>[@<version>|@latest]"
-
-
-class PolicySourceError(ValueError):
-    """A policy source that cannot be used: missing, corrupt, or not what it claims to be."""
-
-
-# --------------------------------------------------------------------------------------------------
-# The observation spec as JSON (checkpoint obs_space.json, and the inputs of policy.json)
-
-# What each observation part means; envs/observation.py's table, written out for people outside.
-OBS_DOCS: dict[str, dict[str, str]] = {
-    "cameras": dict(
-        meaning="the rig's RGB images of the scene at the ego's pose, cameras in rig order (see 'rig')",
-        units="uint8 0..255 per channel (RGB); the model scales to [0, 1] and normalises inside",
-        frame="image rows top to bottom, columns left to right; layout [C, H, W, 3] (channels last)",
-    ),
-    "ego": dict(
-        meaning="the ego's state: speed, yaw rate, acceleration, front-wheel steering angle; in privileged "
-        "mode also the anchor applied at the last step (lateral, longitudinal) and the fraction of the "
-        "episode elapsed (see 'features')",
-        units="m/s, rad/s, m/s^2, rad (privileged mode: then m, m, 1), in the order of 'features'",
-        frame="ego frame: x forward, y left (rear axle, z up); yaw rate positive to the left",
-    ),
-    "navigation": dict(
-        meaning="camera mode: points evenly spaced ahead along the centre lines of the route's lanes (from "
-        "the map, not the expert's drive), from the ego's place on the route",
-        units="m",
-        frame="ego frame: x forward, y left",
-    ),
-    "command": dict(
-        meaning="camera mode: the route command, one-hot (see 'features'): the route's heading change over "
-        "the next 40 m beyond +-15 degrees is a turn",
-        units="1",
-        frame="-",
-    ),
-    "route": dict(
-        meaning="waypoints along the expert (route) path ahead of the ego, evenly spaced along the path",
-        units="m",
-        frame="ego frame: x forward, y left",
-    ),
-    "agents": dict(
-        meaning="nearest agents (other vehicles, and static obstacles as stopped agents), nearest first; "
-        "padding rows are zero, see agents_mask",
-        units="m, m, 1, 1, m, m, m/s, m/s (in the order of 'features')",
-        frame="ego frame: x forward, y left; yaw and velocity turned into the ego frame",
-    ),
-    "agents_mask": dict(meaning="1 where the agents row is a real agent, 0 for padding", units="1", frame="-"),
-    "map": dict(
-        meaning="nearest lane-centre points, nearest first; padding rows are zero, see map_mask",
-        units="m, m, 1, 1 (in the order of 'features')",
-        frame="ego frame: x forward, y left; heading as (cos, sin) relative to the ego's",
-    ),
-    "map_mask": dict(meaning="1 where the map row is a real lane point, 0 for padding", units="1", frame="-"),
-}
-
-
-def _features(space: gym.spaces.Dict | None = None) -> dict[str, list[str]]:
-    ego: tuple[str, ...] = EGO_FEATURES
-    if space is not None and "ego" in space.spaces and tuple(space["ego"].shape or ()) == (len(CAMERA_EGO_FEATURES),):
-        ego = CAMERA_EGO_FEATURES
-    return {
-        "ego": list(ego),
-        "navigation": ["x", "y"],
-        "command": list(COMMANDS),
-        "route": ["x", "y"],
-        "agents": list(AGENT_FEATURES),
-        "map": list(MAP_FEATURES),
-    }
-
-
-def _bound(a: np.ndarray) -> float | list | None:
-    """A Box bound as JSON: one number when uniform, else a nested list; non-finite -> None."""
-    a = np.asarray(a, dtype=np.float64)
-    if a.size and np.all(a == a.flat[0]):
-        v = float(a.flat[0])
-        return v if np.isfinite(v) else None
-    return [None if not np.isfinite(v) else float(v) for v in a.ravel()] if a.ndim == 1 else a.tolist()
-
-
-def space_to_json(space: gym.spaces.Dict, describe: bool = False) -> list[dict]:
-    """[{name, shape (no batch), dtype, low, high}] per part of a Dict of Boxes, in the space's key order.
-
-    describe: add meaning, units, frame and features (the inputs of policy.json).
-    """
-    if not isinstance(space, gym.spaces.Dict):
-        raise TypeError(f"space_to_json: expected gymnasium.spaces.Dict, got {type(space).__name__}")
-    feats = _features(space) if describe else {}
-    out = []
-    for name, s in space.spaces.items():
-        if not isinstance(s, gym.spaces.Box):
-            raise TypeError(f"space_to_json: observation part {name!r} is {type(s).__name__}, expected Box")
-        entry: dict[str, Any] = dict(
-            name=name, shape=[int(d) for d in s.shape], dtype=np.dtype(s.dtype).name, low=_bound(s.low)
-        )
-        entry["high"] = _bound(s.high)
-        if describe:
-            entry.update(OBS_DOCS.get(name, {}))
-            if name in feats:
-                entry["features"] = feats[name]
-        out.append(entry)
-    return out
-
-
-def space_from_json(entries: Any, where: str) -> gym.spaces.Dict:
-    """Inverse of :func:`space_to_json`; ``where`` names the file/field in errors."""
-    if not isinstance(entries, list) or not entries:
-        raise PolicySourceError(f"{where}: expected a non-empty list of observation inputs")
-    parts: dict[str, gym.spaces.Space] = {}
-    for i, e in enumerate(entries):
-        w = f"{where}[{i}]"
-        if not isinstance(e, dict) or not isinstance(e.get("name"), str):
-            raise PolicySourceError(f"{w}: expected an object with a 'name'")
-        shape, dtype = e.get("shape"), e.get("dtype")
-        if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
-            raise PolicySourceError(f"{w} ({e['name']}): 'shape' must be a list of ints >= 0, got {shape!r}")
-        if dtype not in ("uint8", "float32"):
-            raise PolicySourceError(f"{w} ({e['name']}): 'dtype' must be 'uint8' or 'float32', got {dtype!r}")
-
-        def bound(v, inf, e=e, w=w, shape=shape):
-            if v is None:
-                return np.full(shape, inf)
-            a = np.asarray([inf if x is None else x for x in v] if isinstance(v, list) and np.ndim(v) == 1 else v)
-            try:
-                return np.broadcast_to(a.astype(np.float64), shape)
-            except ValueError:
-                raise PolicySourceError(f"{w} ({e['name']}): bound of shape {a.shape} does not fit {shape}") from None
-
-        low, high = bound(e.get("low"), -np.inf), bound(e.get("high"), np.inf)
-        parts[e["name"]] = gym.spaces.Box(low.astype(dtype), high.astype(dtype), tuple(shape), np.dtype(dtype))
-    return gym.spaces.Dict(parts)
-
-
-def spaces_json(observation_space: gym.spaces.Dict, action_spec=None, rig=None, mode: str | None = None) -> dict:
-    """The content of a checkpoint's ``obs_space.json``: observation parts, action bins, camera rig, and
-    the observation mode (``EnvConfig.observation``; read from the parts when not given).
-
-    rig: (name, width, height), or an object with ``name``, ``width``, ``height`` (``sim.CameraRig``).
-    """
-    out: dict[str, Any] = dict(format=SPACES_FORMAT, observation=space_to_json(observation_space))
-    out["observation_mode"] = mode or observation_mode(observation_space)
-    if action_spec is not None:
-        out["action"] = {k: getattr(action_spec, k) for k in ACTION_KEYS}
-    if rig is not None:
-        name, w, h = (rig.name, rig.width, rig.height) if hasattr(rig, "name") else tuple(rig)
-        out["rig"] = dict(name=str(name), width=int(w), height=int(h))
-    return out
-
-
-# --------------------------------------------------------------------------------------------------
-# Parsing a SOURCE
-
-
-@dataclass(frozen=True)
-class SourceSpec:
-    """A parsed SOURCE. kind: 'store' (store, run, version; None = latest), 'checkpoint_dir' (path,
-    store, run, version) or 'exported' (path)."""
-
-    kind: str
-    text: str
-    store: str | None = None
-    run: str | None = None
-    version: int | None = None
-    path: Path | None = None
-
-    @property
-    def shown(self) -> str:
-        """The text with credentials in a query (access_key, secret_key, session_token) blanked."""
-        return redact_uri(self.text)
-
-
-_SECRET_KEYS = ("access_key", "secret_key", "session_token")
-
-
-def redact_uri(uri: str) -> str:
-    """A store URI or SOURCE fit for logs and policy.json: credential values in its query become '***'."""
-    if "?" not in uri:
-        return uri
-    head, _, query = uri.partition("?")
-    items = [(k, "***" if k in _SECRET_KEYS else v) for k, v in parse_qsl(query, keep_blank_values=True)]
-    return head + "?" + urlencode(items, safe="*:/")
-
-
-def _split_run_version(last: str, text: str) -> tuple[str, int | None]:
-    """``<run>[@<version>|@latest]`` (the store's syntax, ``store.parse_ref``); errors name the SOURCE."""
-    try:
-        return parse_ref(last)
-    except ValueError as e:
-        raise PolicySourceError(f"policy source {redact_uri(text)!r}: {e} (expected {SYNTAX})") from None
-
-
-def parse_source(spec: str | os.PathLike) -> SourceSpec:
-    """Parse a SOURCE string (see the module docstring). Does not read any checkpoint."""
-    text = os.fspath(spec)
-    if not isinstance(text, str) or not text.strip():
-        raise PolicySourceError("policy source is empty; expected <store>/<run>[@<version>|@latest] or a folder")
-    text = text.strip()
-    local = Path(text[len("file://") :] if text.startswith("file://") else text)
-    if "://" not in text or text.startswith("file://"):
-        if local.is_dir():
-            if (local / POLICY_JSON).is_file():
-                return SourceSpec("exported", text, path=local)
-            version = parse_version_dir(local.name)
-            if version is not None or (local / MANIFEST).is_file():
-                if version is None:
-                    raise PolicySourceError(
-                        f"policy source {redact_uri(text)!r}: {local} holds {MANIFEST} but is not named "
-                        "ckpt-<8 digits>, so its version is unknown (checkpoints sit in <store>/<run>/ckpt-XXXXXXXX)"
-                    )
-                run_dir = local.resolve().parent
-                store, run = str(run_dir.parent), run_dir.name
-                return SourceSpec("checkpoint_dir", text, store=store, run=run, version=version, path=local)
-            if "@" not in local.name:  # a run folder: its newest version
-                if not any(parse_version_dir(p.name) is not None for p in local.iterdir()):
-                    raise PolicySourceError(
-                        f"policy source {redact_uri(text)!r}: {local} is not an exported package (no {POLICY_JSON}), "
-                        f"not a checkpoint folder (no {MANIFEST}) and not a run folder (no ckpt-XXXXXXXX in it)"
-                    )
-                return SourceSpec("store", text, store=str(local.resolve().parent), run=local.name, version=None)
-        if local.is_file():
-            raise PolicySourceError(
-                f"policy source {redact_uri(text)!r} is a file; give a folder (a ckpt-XXXXXXXX folder, an exported "
-                f"policy folder) or {SYNTAX}"
-            )
-        if parse_version_dir(local.name) is not None:
-            raise PolicySourceError(f"policy source {redact_uri(text)!r}: checkpoint folder {local} does not exist")
-        parent, _, last = text.rstrip("/").rpartition("/")
-        if not parent:
-            raise PolicySourceError(
-                f"policy source {redact_uri(text)!r}: not a folder here, and not <store>/<run>[@<version>|@latest] "
-                "(the store part is missing)"
-            )
-        run, version = _split_run_version(last, text)
-        if "@" not in last and not Path(parent).is_dir():
-            raise PolicySourceError(f"policy source {redact_uri(text)!r}: no such folder, and no store at {parent}")
-        return SourceSpec("store", text, store=parent, run=run, version=version)
-    # s3:// (or another scheme the store knows): the query belongs to the store URI
-    parts = urlsplit(text)
-    path = parts.path.rstrip("/")
-    parent, _, last = path.rpartition("/")
-    if not last or not (parts.netloc + parent).strip("/"):
-        raise PolicySourceError(
-            f"policy source {redact_uri(text)!r}: expected <scheme>://<bucket>/<prefix>/<run>[@<version>]"
-        )
-    run, version = _split_run_version(last, text)
-    store = urlunsplit((parts.scheme, parts.netloc, parent, parts.query, ""))
-    return SourceSpec("store", text, store=store, run=run, version=version)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -549,10 +297,10 @@ def _resolve_checkpoint(s: SourceSpec) -> PolicySource:
         raise PolicySourceError(f"{where}: config.json field 'policy': {e}") from None
 
     if sp is not None and obs_space is not None:
-        action_spec = _action_spec(sp.get("action"), f"{where}: {SPACES_FILE} 'action'", env_cfg.action_spec)
-        rig = sp.get("rig") or _guess_rig(obs_space, env_cfg, config)
+        action_spec = action_spec_from_json(sp.get("action"), f"{where}: {SPACES_FILE} 'action'", env_cfg.action_spec)
+        rig = sp.get("rig") or guess_rig(obs_space, env_cfg, config)
     else:
-        obs_space, rig = _rebuild_obs_space(env_cfg, config, where)
+        obs_space, rig = rebuild_obs_space(env_cfg, config, where)
         action_spec = env_cfg.action_spec
     try:
         weights = bytes_to_tensors(ck.files["policy.safetensors"])
@@ -596,84 +344,6 @@ def _redacted(config: dict) -> dict:
     if store is not None:
         return {**config, "store": redact_uri(str(store))}
     return config
-
-
-def _action_spec(d: Any, where: str, default: ActionSpec) -> ActionSpec:
-    if d is None:
-        return default
-    if not isinstance(d, dict) or any(k not in d for k in ACTION_KEYS):
-        raise PolicySourceError(f"{where}: expected an object with {', '.join(ACTION_KEYS)}")
-    try:
-        return ActionSpec(
-            int(d["n_lat"]), float(d["lat_max"]), int(d["n_long"]), float(d["long_max"]), float(d["max_curvature"])
-        )
-    except (TypeError, ValueError) as e:
-        raise PolicySourceError(f"{where}: {e}") from None
-
-
-def _rebuild_obs_space(env_cfg, config: dict, where: str) -> tuple[gym.spaces.Dict, dict | None]:
-    """The observation space from the env config (envs.observation), without building an env.
-
-    Cameras need the rig and resolution: the env config's when both are set, else the first
-    scenario of the run's training suite (TrainConfig.suite, else EnvConfig.suite).
-    """
-    if not env_cfg.cameras:
-        return observation_space(env_cfg, 0, 0, 0), None
-    name, res = env_cfg.rig, env_cfg.resolution
-    if name is None or res is None:
-        suite = config.get("suite") or env_cfg.suite
-        rs = _first_scenario_rig(str(suite), where)
-        name = name or rs.name
-        res = res or (rs.width, rs.height)
-    try:
-        rig = make_rig(name, int(res[0]), int(res[1]))
-    except ValueError as e:
-        raise PolicySourceError(f"{where}: camera rig: {e}") from None
-    space = observation_space(env_cfg, len(rig), rig.width, rig.height)
-    return space, dict(name=rig.name, width=rig.width, height=rig.height)
-
-
-def _guess_rig(obs_space: gym.spaces.Dict, env_cfg, config: dict) -> dict | None:
-    """The rig of an obs_space.json without one: the env config's, else the suite's if it is here (never
-    generated for this); the resolution is the cameras input's. None when unknown (only for description)."""
-    if "cameras" not in obs_space.spaces:
-        return None
-    shape = obs_space["cameras"].shape  # [C, H, W, 3]
-    assert shape is not None  # a Box: space_from_json makes nothing else
-    _, H, W, _ = shape
-    name = env_cfg.rig
-    if name is None:
-        suite = str(config.get("suite") or env_cfg.suite)
-        try:
-            cached = cache_root() / f"builtin-{suite}-v{BUILTIN_VERSION}"
-            if suite in BUILTIN_SUITES and not (cached / "suite.yaml").is_file():
-                return None
-            name = _first_scenario_rig(suite, "").name
-        except PolicySourceError:
-            return None
-    return dict(name=name, width=int(W), height=int(H))
-
-
-def _first_scenario_rig(suite: str, where: str):
-    """The RigSpec of the first scenario (by file name) of a suite folder, scenario file or built-in suite."""
-    p = Path(suite)
-    try:
-        if p.is_file():
-            return load_scenario(p).rig
-        if not p.is_dir():
-            if suite not in BUILTIN_SUITES:
-                raise ScenarioError(f"{suite}: no such folder or file, nor a built-in suite")
-            log.info("reading the camera rig of built-in suite %r (generated first if not cached)", suite)
-            p = builtin_suite(suite)
-        files = scenario_files(p)
-        if not files:
-            raise ScenarioError(f"{p}: no scenario files")
-        return load_scenario(files[0]).rig
-    except ScenarioError as e:
-        raise PolicySourceError(
-            f"{where}: the checkpoint has no {SPACES_FILE} and config.json leaves env.rig/env.resolution to the "
-            f"scenarios, but the training suite cannot be read: {e}"
-        ) from None
 
 
 def _build_network(obs_space, action_spec, policy_config: Mapping[str, Any], where: str):
@@ -724,7 +394,7 @@ def _resolve_exported(s: SourceSpec) -> PolicySource:
         default = EnvConfig.from_dict(env_over).action_spec
     except ValueError as e:
         raise PolicySourceError(f"{where}: {POLICY_JSON} 'env_config': {e}") from None
-    action_spec = _action_spec(spec.get("action"), f"{where}: {POLICY_JSON} 'action'", default)
+    action_spec = action_spec_from_json(spec.get("action"), f"{where}: {POLICY_JSON} 'action'", default)
     wfile = spec.get("weights", {}).get("file", "weights.safetensors")
     try:
         weights = bytes_to_tensors((folder / wfile).read_bytes())
@@ -755,3 +425,23 @@ def _resolve_exported(s: SourceSpec) -> PolicySource:
         path=folder,
         rig=(spec.get("rig") or None),
     )
+
+
+__all__ = [
+    "ACTION_KEYS",
+    "CHECKPOINT_REQUIRED",
+    "OBS_DOCS",
+    "SPACES_FILE",
+    "SPACES_FORMAT",
+    "SYNTAX",
+    "EagerActor",
+    "PolicySource",
+    "PolicySourceError",
+    "SourceSpec",
+    "parse_source",
+    "redact_uri",
+    "resolve_policy_source",
+    "space_from_json",
+    "space_to_json",
+    "spaces_json",
+]

@@ -26,14 +26,8 @@ from learner.learner import Learner
 from learner.train import learner_settings
 from policy.exported import ExportError, ObservationMismatch, check_pt2_archive, load_exported
 from policy.network import ActorCritic, PolicyConfig, random_obs
-from policy.sources import (
-    PolicySourceError,
-    parse_source,
-    redact_uri,
-    resolve_policy_source,
-    space_from_json,
-    space_to_json,
-)
+from policy.sources import PolicySourceError, parse_source, redact_uri, resolve_policy_source
+from policy.spaces import space_from_json, space_to_json
 from sim.configs import from_dict
 from store import CheckpointStore
 
