@@ -34,6 +34,9 @@ class Backend(Protocol):
     def publish(self, rel: str, data: bytes) -> bool:
         """Create-only: False if the file already exists (the manifest's commit)."""
 
+    def delete(self, rel: str) -> None:
+        """Remove one file; no error if it is not there."""
+
     def prepare_version(self, run: str, version: int) -> bool:
         """Reserve the version's folder; False if another writer took that number."""
 

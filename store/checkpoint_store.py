@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -16,6 +17,7 @@ from store.backends import open_backend
 from store.errors import CheckpointNotFound, CorruptCheckpoint, StoreError
 from store.layout import (
     MANIFEST,
+    QUARANTINE,
     check_payload,
     check_version,
     file_entry,
@@ -99,6 +101,9 @@ class RunStore:
         self._lease: Lease | None = None
         self._writing: set[int] = set()  # versions this object is writing now (AsyncCommitter included)
         self._writing_lock = threading.Lock()
+        # {version: sha256 of its MANIFEST.json} of versions known intact: committed by this object or
+        # loaded whole by it. Manifests are create-only, so the digest pins the content that was checked.
+        self._intact: dict[int, str] = {}
 
     @property
     def uri(self) -> str:
@@ -166,6 +171,34 @@ class RunStore:
             raise CorruptCheckpoint(self.name, version, MANIFEST, problem, self._where(version))
         return manifest, data
 
+    def _read_file(self, version: int, name: str, entry: dict, r: Retrier) -> bytes:
+        """One file of a version, checked against its manifest ``entry`` (size, then sha256)."""
+        rel = version_rel(self.name, version, name)
+        try:
+            data = r(partial(self._b.read, rel), f"reading {self._b.describe(rel)}")
+        except FileNotFoundError:
+            raise CorruptCheckpoint(
+                self.name, version, name, "is listed in the manifest but missing", self._where(version)
+            ) from None
+        if len(data) != entry["size"]:
+            raise CorruptCheckpoint(
+                self.name,
+                version,
+                name,
+                f"has {len(data)} bytes, the manifest says {entry['size']} (truncated?)",
+                self._where(version),
+            )
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != entry["sha256"]:
+            raise CorruptCheckpoint(
+                self.name,
+                version,
+                name,
+                f"has sha256 {digest}, the manifest says {entry['sha256']} (changed bytes)",
+                self._where(version),
+            )
+        return data
+
     def load(self, version: int, *, retry: RetryPolicy | None = None) -> Checkpoint:
         """Load a committed version, checking every file's size and sha256 against the manifest.
 
@@ -174,35 +207,11 @@ class RunStore:
         version = check_version(version)
         r = self._retrier(retry)
         manifest, raw = self._read_manifest(version, r)
-        files: dict[str, bytes] = {}
-        for name, entry in manifest["files"].items():
-            rel = version_rel(self.name, version, name)
-            try:
-                data = r(partial(self._b.read, rel), f"reading {self._b.describe(rel)}")
-            except FileNotFoundError:
-                raise CorruptCheckpoint(
-                    self.name, version, name, "is listed in the manifest but missing", self._where(version)
-                ) from None
-            if len(data) != entry["size"]:
-                raise CorruptCheckpoint(
-                    self.name,
-                    version,
-                    name,
-                    f"has {len(data)} bytes, the manifest says {entry['size']} (truncated?)",
-                    self._where(version),
-                )
-            digest = hashlib.sha256(data).hexdigest()
-            if digest != entry["sha256"]:
-                raise CorruptCheckpoint(
-                    self.name,
-                    version,
-                    name,
-                    f"has sha256 {digest}, the manifest says {entry['sha256']} (changed bytes)",
-                    self._where(version),
-                )
-            files[name] = data
+        files = {name: self._read_file(version, name, entry, r) for name, entry in manifest["files"].items()}
+        manifest_sha256 = hashlib.sha256(raw).hexdigest()
+        self._intact[version] = manifest_sha256
         wall_time = float(manifest["wall_time"])
-        return Checkpoint(self.name, version, files, manifest["meta"], wall_time, hashlib.sha256(raw).hexdigest())
+        return Checkpoint(self.name, version, files, manifest["meta"], wall_time, manifest_sha256)
 
     def load_latest(self) -> Checkpoint | None:
         """The newest committed version that loads intact; corrupt ones are skipped with a warning."""
@@ -270,6 +279,9 @@ class RunStore:
                         f"run '{self.name}' version {version}: {self._b.describe(mrel)} was written by another "
                         "writer at the same time; writers of one run must hold its lease (acquire())"
                     )
+            # The digests in the manifest were computed from the very bytes written: retention need not
+            # read them back (see retain()).
+            self._intact[version] = hashlib.sha256(body).hexdigest()
         finally:
             with self._writing_lock:
                 self._writing.discard(version)
@@ -301,10 +313,12 @@ class RunStore:
         r = self._retrier()
         self._require_lease("cleanup", r)
         removed = []
-        for version in sorted(self._listing(r)):
+        for version, names in sorted(self._listing(r).items()):
             with self._writing_lock:
                 if version in self._writing:
                     continue
+            if QUARANTINE in names and MANIFEST not in names:
+                continue  # moved aside by retain(), which removes it in its time
             # Read the manifest afresh, after the check above: the listing may predate a commit that
             # has finished since (a commit publishes its manifest before it leaves _writing).
             try:
@@ -320,27 +334,127 @@ class RunStore:
         return removed
 
     def retain(self, keep_last: int, keep_best: int = 1, metric: str | None = None, mode: str = "min") -> list[int]:
-        """Keep the newest ``keep_last`` committed versions plus the ``keep_best`` best by
-        ``meta["metrics"][metric]`` (lowest for mode "min", highest for "max"; ties go to the newer);
-        delete the other committed versions. Returns the deleted versions. Needs the run lease."""
+        """Keep the newest ``keep_last`` intact committed versions plus the ``keep_best`` best intact
+        ones by ``meta["metrics"][metric]`` (lowest for mode "min", highest for "max"; ties go to the
+        newer); delete the other committed versions. Returns the versions whose folders it deleted,
+        ascending. Needs the run lease.
+
+        Intact: every file has the size and sha256 its manifest lists. A version that fails is never
+        counted among the kept ones (the next older intact version takes its place in the window): it
+        is quarantined, its manifest moved aside to ``CORRUPT.json`` (with what failed), so that no
+        loader sees it and its number is never given to a new commit, with a warning naming the
+        version and the file. A later retain deletes a quarantined folder once it is older than every
+        version kept, so its bytes stay for a look while they are recent and the run's size stays bounded.
+
+        Cost: only candidates are verified, newest first and then best first, until ``keep_last`` and
+        ``keep_best`` intact ones are found (:func:`store.retention.versions_to_keep`); versions that
+        fall outside are deleted unread. A version this object committed (its digests were computed
+        from the bytes it wrote) or loaded whole is not read again, so a training run that retains
+        after each commit reads only manifests; the first retain after a resume reads the kept
+        versions the resume did not load (``keep_last - 1`` checkpoints, typically). Bytes that change
+        after this object wrote or checked them are caught by the next process's load or retain.
+        """
         check_retention(keep_last, keep_best, mode)
         r = self._retrier()
         self._require_lease("retain", r)
-        versions = self.versions()
+        listing = self._listing(r)
+        versions = sorted(v for v, names in listing.items() if MANIFEST in names)
+        quarantined = {v for v, names in listing.items() if QUARANTINE in names and MANIFEST not in names}
+        manifests: dict[int, tuple[dict, bytes]] = {}
+        failed: dict[int, StoreError] = {}
+
+        def manifest(version: int) -> tuple[dict, bytes] | None:
+            if version not in manifests and version not in failed:
+                try:
+                    manifests[version] = self._read_manifest(version, r)
+                except (CorruptCheckpoint, CheckpointNotFound) as exc:
+                    failed[version] = exc
+            return manifests.get(version)
+
+        checked: dict[int, bool] = {}
+
+        def intact(version: int) -> bool:
+            if version not in checked:
+                checked[version] = self._verify(version, manifest(version), failed, r)
+            return checked[version]
+
         scores: dict[int, object] = {}
         if metric is not None and keep_best > 0:
             for version in versions:
-                try:
-                    scores[version] = (self._read_manifest(version, r)[0]["meta"].get("metrics") or {}).get(metric)
-                except (CorruptCheckpoint, CheckpointNotFound):
-                    continue
-        keep = versions_to_keep(versions, keep_last, keep_best, scores, mode)
-        deleted = [v for v in versions if v not in keep]
+                m = manifest(version)
+                if m is not None:
+                    scores[version] = (m[0]["meta"].get("metrics") or {}).get(metric)
+        keep = versions_to_keep(versions, keep_last, keep_best, scores, mode, intact)
+        self._check_lease(r)  # verifying may have taken a while: still the run's writer?
+        now_quarantined = set()
+        for version, exc in sorted(failed.items()):
+            if isinstance(exc, CorruptCheckpoint) and checked.get(version) is False:
+                self._quarantine(version, exc, manifests.get(version), r)
+                now_quarantined.add(version)
+        oldest_kept = min(keep, default=None)
+        deleted = sorted(
+            [v for v in versions if v not in keep and v not in now_quarantined]
+            + [v for v in quarantined if oldest_kept is not None and v < oldest_kept]
+        )
         for version in deleted:
             r(partial(self._b.delete_version, self.name, version), f"deleting {self._where(version)}")
+            self._intact.pop(version, None)
         if deleted:
             log.info("run '%s': retention deleted versions %s, kept %s", self.name, deleted, sorted(keep))
         return deleted
+
+    def _verify(
+        self, version: int, manifest: tuple[dict, bytes] | None, failed: dict[int, StoreError], r: Retrier
+    ) -> bool:
+        """Is a committed version intact (every file against its manifest)? A failure goes to ``failed``.
+
+        ``manifest``: the version's (parsed manifest, bytes), None if it could not be read (then
+        ``failed`` already holds why). A version known intact with this very manifest is not read again.
+        """
+        if manifest is None:
+            return False
+        parsed, raw = manifest
+        digest = hashlib.sha256(raw).hexdigest()
+        if self._intact.get(version) == digest:
+            return True
+        try:
+            for name, entry in parsed["files"].items():
+                self._read_file(version, name, entry, r)  # checked, then dropped: one file in memory at a time
+        except (CorruptCheckpoint, CheckpointNotFound) as exc:
+            failed[version] = exc
+            return False
+        self._intact[version] = digest
+        return True
+
+    def _quarantine(
+        self, version: int, exc: CorruptCheckpoint, manifest: tuple[dict, bytes] | None, r: Retrier
+    ) -> None:
+        """Move a corrupt version's manifest aside: ``CORRUPT.json`` (what failed, and the manifest's
+        text) is written first, then MANIFEST.json removed, so a crash in between leaves the version
+        as it was (visible, and found corrupt again by the next retain)."""
+        log.warning(
+            "run '%s': version %d failed its check and is never kept: file '%s' %s; quarantined: its manifest "
+            "is moved aside to %s (no loader reads it; retention deletes the folder once every kept version is newer)",
+            self.name,
+            version,
+            exc.file,
+            exc.problem,
+            self._where(version, QUARANTINE),
+        )
+        record = {
+            "run": self.name,
+            "version": version,
+            "file": exc.file,
+            "problem": exc.problem,
+            "quarantined_at": time.time(),
+            "manifest": manifest[1].decode("utf-8", errors="replace") if manifest is not None else None,
+        }
+        qrel = version_rel(self.name, version, QUARANTINE)
+        body = (json.dumps(record, indent=2) + "\n").encode("utf-8")
+        r(partial(self._b.write, qrel, body), f"writing {self._b.describe(qrel)}")
+        mrel = version_rel(self.name, version, MANIFEST)
+        r(partial(self._b.delete, mrel), f"deleting {self._b.describe(mrel)}")
+        self._intact.pop(version, None)
 
     # -- the run lease ---------------------------------------------------------------------------
 

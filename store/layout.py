@@ -4,6 +4,8 @@
     <root>/<run>/LOCK.json                     the run lease (store.lease)
     <root>/<run>/ckpt-00000001/<file>          payload files, written first
     <root>/<run>/ckpt-00000001/MANIFEST.json   written last, create-only: the commit marker
+    <root>/<run>/ckpt-00000006/CORRUPT.json    instead of MANIFEST.json: a version that failed its
+                                               check, moved aside by retention (no loader reads it)
 
 A manifest lists every file with its size and sha256, plus the caller's meta (iteration,
 env_steps, metrics...), ``wall_time`` and ``format_version``.
@@ -21,6 +23,7 @@ from typing import Any
 from store.names import check_name, is_valid_name
 
 MANIFEST = "MANIFEST.json"
+QUARANTINE = "CORRUPT.json"  # a quarantined version's manifest, moved aside (see RunStore.retain)
 LOCK = "LOCK.json"
 FORMAT_VERSION = 1
 LATEST = "latest"
@@ -90,8 +93,8 @@ def check_payload(run: str, files: Mapping[str, bytes], meta: Mapping[str, Any])
     out: dict[str, bytes] = {}
     for name, data in files.items():
         check_name("file", name)
-        if name == MANIFEST:
-            raise ValueError(f"commit to run '{run}': file name {MANIFEST!r} is reserved for the manifest")
+        if name in (MANIFEST, QUARANTINE):
+            raise ValueError(f"commit to run '{run}': file name {name!r} is reserved for the manifest")
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise ValueError(f"commit to run '{run}': file '{name}' must be bytes, got {type(data).__name__}")
         out[name] = bytes(data)
@@ -143,7 +146,7 @@ def validate_manifest(obj: object, run: str, version: int) -> str | None:
     if not isinstance(files, dict):
         return "lacks 'files' (an object)"
     for name, entry in files.items():
-        if not is_valid_name(name) or name == MANIFEST:
+        if not is_valid_name(name) or name in (MANIFEST, QUARANTINE):
             return f"lists an invalid file name {name!r}"
         if not isinstance(entry, dict):
             return f"entry for '{name}' is not an object"

@@ -117,6 +117,13 @@ class LocalBackend:
         fsync_dir(os.path.dirname(final))
         return True
 
+    def delete(self, rel: str) -> None:
+        """Remove one file (its folder fsync'ed); no error if it is not there."""
+        path = self.describe(rel)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        fsync_dir(os.path.dirname(path))
+
     def prepare_version(self, run: str, version: int) -> bool:
         """Create the version folder; False if it exists (another writer took that number)."""
         run_dir = self.describe(run)

@@ -256,6 +256,11 @@ class S3Backend:
             raise
         return True
 
+    def delete(self, rel: str) -> None:
+        """Remove one object; no error if it is not there."""
+        with _s3_errors(f"deleting {self.describe(rel)}"), contextlib.suppress(FileNotFoundError):
+            self.fs.delete_file(self._path(rel))
+
     def prepare_version(self, run: str, version: int) -> bool:
         return True  # no folders on S3; the run lease and the create-only manifest keep writers apart
 

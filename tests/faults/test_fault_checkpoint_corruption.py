@@ -3,7 +3,8 @@ the one before), then the run resumed through the training driver.
 
 Both are caught by their manifests' sha256 / sizes and skipped with a warning naming the file; the
 driver resumes from the newest intact checkpoint, exactly (the restored state encodes to its bytes),
-and trains on from there with the counters of that checkpoint.
+and trains on from there with the counters of that checkpoint. Its retention never counts the damaged
+versions among the kept ones: it moves them aside (CORRUPT.json instead of the manifest).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import json
 import pytest
 
 from learner.train import train
-from store import CheckpointStore, CorruptCheckpoint
+from store import CheckpointNotFound, CheckpointStore, CorruptCheckpoint, version_dir
 from tests.faults.harness import ENVS, T, assert_same_files, check_every_version, config, restore_only, tiny_args
 
 
@@ -52,23 +53,12 @@ def test_fault_checkpoint_corrupted_after_commit_is_skipped_on_resume(tmp_path, 
     assert second.state.iteration == 3 and second.state.env_steps == 3 * T * ENVS
     assert second.state.il_iteration == 1
     assert [h["label"] for h in second.state.history] == ["il", "rl+il"]
-    # the damaged versions stay as they are (never loaded); the newest is whole and right
-    versions = check_every_version(_Intact(rs, skip={2, 3}), last_iteration=3, env_steps=3 * T * ENVS)
+    # retention moved the damaged versions aside (their numbers stay taken); every version listed is
+    # whole and the newest is right
+    versions = check_every_version(rs, last_iteration=3, env_steps=3 * T * ENVS)
     assert versions[0] == 1 and min(v for v in versions if v > 1) == 4
     for v in (2, 3):
-        with pytest.raises(CorruptCheckpoint):
+        assert (store / "r" / version_dir(v) / "CORRUPT.json").is_file()
+        with pytest.raises(CheckpointNotFound):
             rs.load(v)
     assert json.loads(rs.load(versions[-1]).files["trainer.json"])["state"]["il_iteration"] == 1
-
-
-class _Intact:
-    """A run store that lists only the versions not deliberately damaged."""
-
-    def __init__(self, rs, skip):
-        self.rs, self.skip = rs, skip
-
-    def versions(self):
-        return [v for v in self.rs.versions() if v not in self.skip]
-
-    def load(self, v):
-        return self.rs.load(v)

@@ -138,6 +138,62 @@ def test_retain_keeps_the_last_n_and_the_best_by_metric(backend):
     assert rs.load_latest().meta == {"iteration": 7}
 
 
+def flip_a_byte(backend, rel: str) -> None:
+    data = backend.raw.read(rel)
+    backend.raw.write(rel, data[:100] + bytes([data[100] ^ 0x01]) + data[101:])
+
+
+def test_retain_counts_only_intact_versions_and_quarantines_a_corrupt_one(backend, caplog):
+    """A flipped byte in version 6: resuming falls back to 5, and retention (last 3) then keeps 5, 4
+    and 3, never 6, which it moves aside (its number stays taken) and deletes once it is older than
+    every version kept."""
+    rs = backend.store().run("r")
+    for i in range(1, 7):
+        rs.commit(payload(i), {"iteration": i})
+    flip_a_byte(backend, "r/ckpt-00000006/policy.safetensors")
+    flip_a_byte(backend, "r/ckpt-00000001/policy.safetensors")  # outside the window: deleted, not quarantined
+    resumed = backend.store().run("r")  # a new process knows nothing of the versions
+    with caplog.at_level(logging.WARNING, logger="store"):
+        assert resumed.load_latest().version == 5
+        caplog.clear()
+        with resumed.acquire("trainer"):
+            assert resumed.retain(keep_last=3) == [1, 2]
+            assert resumed.versions() == [3, 4, 5]
+            assert [resumed.load(v).files for v in (3, 4, 5)] == [payload(3), payload(4), payload(5)]
+            [warning] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+            assert "version 6" in warning and "'policy.safetensors' has sha256" in warning and "CORRUPT.json" in warning
+            assert backend.raw.names("r/ckpt-00000006") == ["CORRUPT.json", "counters.json", "policy.safetensors"]
+            record = json.loads(backend.raw.read("r/ckpt-00000006/CORRUPT.json"))
+            assert (record["version"], record["file"]) == (6, "policy.safetensors")
+            assert "(changed bytes)" in record["problem"]
+            assert json.loads(record["manifest"])["meta"] == {"iteration": 6}
+            assert resumed.cleanup() == []  # a quarantined version is no half-written one
+            assert backend.raw.exists("r/ckpt-00000006/CORRUPT.json")
+            with pytest.raises(CheckpointNotFound, match="no committed version 6"):
+                resumed.load(6)
+            assert resumed.commit(payload(7), {"iteration": 7}) == 7  # the number 6 is never given again
+            assert resumed.commit(payload(8), {"iteration": 8}) == 8
+            assert resumed.retain(keep_last=3) == [3, 4]  # kept: 5, 7, 8; version 6 is newer than 5
+            assert backend.raw.exists("r/ckpt-00000006/CORRUPT.json")
+            assert resumed.commit(payload(9), {"iteration": 9}) == 9
+            assert resumed.retain(keep_last=3) == [5, 6]
+        assert resumed.versions() == [7, 8, 9]
+        assert [n for n in backend.raw.names("r") if n.startswith("ckpt-00000006")] == []
+        assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [warning]
+
+
+def test_retain_takes_the_best_intact_version_when_the_best_is_corrupt(backend):
+    rs = backend.store().run("r")
+    for i, cr in enumerate([0.3, 0.1, 0.2, 0.5, 0.6], start=1):  # best by "min": 2, then 3
+        rs.commit(payload(i), {"iteration": i, "metrics": {"eval/cr": cr}})
+    flip_a_byte(backend, "r/ckpt-00000002/policy.safetensors")
+    rs = backend.store().run("r")
+    with rs.acquire("trainer"):
+        assert rs.retain(keep_last=2, keep_best=1, metric="eval/cr", mode="min") == [1]
+    assert rs.versions() == [3, 4, 5]
+    assert backend.raw.names("r/ckpt-00000002") == ["CORRUPT.json", "counters.json", "policy.safetensors"]
+
+
 # --------------------------------------------------------------------------------------------------
 # Names, URIs, meta
 

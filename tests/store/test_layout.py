@@ -55,6 +55,24 @@ def test_retention_keeps_the_newest_and_the_best_with_ties_to_the_newer():
     assert versions_to_keep([], keep_last=1, scores={}) == set()
 
 
+def test_retention_never_counts_a_version_that_is_not_intact_and_asks_only_of_candidates():
+    versions = [1, 2, 3, 4, 5, 6]
+    asked: list[int] = []
+
+    def intact(version: int) -> bool:
+        asked.append(version)
+        return version not in (2, 6)
+
+    scores = {1: 0.3, 2: 0.1, 3: 0.2, 4: 0.9, 5: 0.9, 6: 0.0}  # by "min": 6, 2, 3, 1...
+    assert versions_to_keep(versions, keep_last=3, keep_best=1, scores=scores, intact=intact) == {3, 4, 5}
+    assert asked == [6, 5, 4, 3, 6, 2]  # newest first until 3 intact, then best first until 1 intact
+    asked.clear()
+    assert versions_to_keep(versions, keep_last=2, keep_best=1, scores=scores, intact=intact) == {3, 4, 5}
+    assert asked == [6, 5, 4, 6, 2, 3]
+    assert versions_to_keep(versions, keep_last=9, keep_best=0, intact=intact) == {1, 3, 4, 5}
+    assert versions_to_keep(versions, keep_last=2, keep_best=1, scores=scores, intact=lambda v: False) == set()
+
+
 @pytest.mark.parametrize(
     "kwargs, problem",
     [
