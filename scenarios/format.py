@@ -1,4 +1,4 @@
-"""The scenario data model (format_version 1). The JSON layout is documented in scenarios/README.md.
+"""The scenario data model (format_version 2). The JSON layout is documented in scenarios/README.md.
 
 A scenario is one logged driving clip turned into a digital twin: the scene (Gaussian PLYs), the map,
 the ego's box and expert (logged human) track, the route, the log-replayed agents, optional static
@@ -16,18 +16,22 @@ import numpy as np
 
 from sim.dynamics import ANCHOR_HORIZON
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # what this splatdrive writes; 2 added lanes' speed_limit
+READ_VERSIONS = (1, 2)  # what it reads: a version-1 file's lanes get DEFAULT_SPEED_LIMIT (and a warning)
 AGENT_TYPES = ("vehicle", "pedestrian", "cyclist")
 DEFAULT_DT = 0.1  # s, RAD's 10 Hz
 DEFAULT_HORIZON = 80  # steps: RAD's 8 s clips
 DEFAULT_RENDER_DISTANCE = 200.0  # metres
 LABEL_STEPS = round(ANCHOR_HORIZON / DEFAULT_DT)  # 5: the expert's IL label at step k looks at step k + 5
+DEFAULT_SPEED_LIMIT = 50.0 / 3.6  # m/s (50 km/h, the common urban limit): a lane whose file gives none
+MAX_SPEED_LIMIT = 40.0  # m/s (144 km/h): a larger limit is refused as absurd (a unit mix-up, km/h for m/s)
 KINDS = ("lane_keep_straight", "lane_keep_curve", "lead_vehicle", "cut_in", "parked_obstacle", "crossing", "merge")
 
 
 @dataclass(frozen=True)
 class Lane:
-    """A lane: centre line [M, 2] (world xy, in driving direction), width (m), topology by lane id."""
+    """A lane: centre line [M, 2] (world xy, in driving direction), width (m), topology by lane id,
+    and its speed limit (m/s, in (0, MAX_SPEED_LIMIT]; 0 only on a lane no route uses: closed)."""
 
     id: str
     centerline: np.ndarray
@@ -35,6 +39,7 @@ class Lane:
     left: str | None = None  # neighbour lane to the left with the same direction
     right: str | None = None
     successors: tuple[str, ...] = ()
+    speed_limit: float = DEFAULT_SPEED_LIMIT
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,22 @@ class MapData:
                 c = c[1:]
             parts.append(c)
         return np.concatenate(parts, axis=0)
+
+    def route_speed_limits(self, route) -> np.ndarray:
+        """[M] m/s: the speed limit at each vertex of :meth:`route_polyline` (of the lane it comes from;
+        a vertex shared by two lanes takes the later lane's limit, which holds from there on)."""
+        out: list[np.ndarray] = []
+        last = None
+        for i, lane_id in enumerate(route):
+            ln = self.lane(lane_id)
+            c = np.asarray(ln.centerline, dtype=np.float64)
+            n = len(c)
+            if i and last is not None and np.allclose(c[0], last):
+                out[-1][-1] = ln.speed_limit
+                n -= 1
+            out.append(np.full(n, float(ln.speed_limit)))
+            last = c[-1]
+        return np.concatenate(out)
 
 
 @dataclass(frozen=True)

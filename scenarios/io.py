@@ -1,8 +1,12 @@
-"""Reading, validating and writing scenario files (JSON, ``format_version`` 1; see scenarios/README.md).
+"""Reading, validating and writing scenario files (JSON, ``format_version`` 2, which also reads 1; see
+scenarios/README.md).
 
 Every file is treated as untrusted input. A problem raises :class:`ScenarioError` (a ``ValueError``)
 whose message names the file, the field (a path such as ``agents[2].poses[17][3]``) and what is
 wrong, e.g. ``/x/s.json: expert.t[12]: timestamps must increase (1.2 after 1.3)``.
+
+A lane without ``speed_limit`` (every lane of a version-1 file) gets ``DEFAULT_SPEED_LIMIT``; the
+file is named in one warning (logger ``scenarios.io``), however many lanes lack it.
 """
 
 from __future__ import annotations
@@ -20,7 +24,10 @@ import numpy as np
 from scenarios.format import (
     AGENT_TYPES,
     DEFAULT_RENDER_DISTANCE,
+    DEFAULT_SPEED_LIMIT,
     FORMAT_VERSION,
+    MAX_SPEED_LIMIT,
+    READ_VERSIONS,
     Agent,
     EgoSpec,
     Lane,
@@ -198,7 +205,9 @@ def load(path: str | os.PathLike) -> Scenario:
     Raises :class:`ScenarioError` naming the file and field for anything invalid: bad JSON, unknown
     or missing keys at any level, wrong types or shapes, NaN/Inf, non-increasing timestamps, a track
     shorter than horizon + 1, agent arrays not horizon + 1 long, unknown lane ids, a PLY that is
-    missing or outside the scenario's folder, an unsupported ``format_version``.
+    missing or outside the scenario's folder, an unsupported ``format_version``, a speed limit that is
+    negative, above ``MAX_SPEED_LIMIT`` or 0 on a lane of the route. Lanes without a speed limit get
+    ``DEFAULT_SPEED_LIMIT`` with one warning naming the file.
     """
     path = Path(path)
     file = str(path)
@@ -230,11 +239,12 @@ def from_dict(doc, base: Path, file: str = "<scenario>", path: Path | None = Non
     c = _Checker(file)
     if not isinstance(doc, dict):
         c.fail("(top level)", f"expected an object, got {_kind(doc)}")
+    readable = " or ".join(str(v) for v in READ_VERSIONS)
     if "format_version" not in doc:
-        c.fail("format_version", "missing required key (this splatdrive reads format_version 1)")
+        c.fail("format_version", f"missing required key (this splatdrive reads format_version {readable})")
     fv = doc["format_version"]
-    if isinstance(fv, bool) or not isinstance(fv, int) or fv != FORMAT_VERSION:
-        c.fail("format_version", f"unsupported version {fv!r} (this splatdrive reads {FORMAT_VERSION})")
+    if isinstance(fv, bool) or not isinstance(fv, int) or fv not in READ_VERSIONS:
+        c.fail("format_version", f"unsupported version {fv!r} (this splatdrive reads {readable})")
     c.obj(
         doc,
         "",
@@ -285,6 +295,12 @@ def from_dict(doc, base: Path, file: str = "<scenario>", path: Path | None = Non
             prev = map_data.lane(route[i - 1])
             if r not in prev.successors and r not in (prev.left, prev.right):
                 c.fail(f"route[{i}]", f"lane {r!r} is neither a successor nor a neighbour of {prev.id!r}")
+    for i, ln in enumerate(map_data.lanes):
+        if ln.id in route and ln.speed_limit == 0.0:
+            c.fail(
+                f"map.lanes[{i}].speed_limit",
+                f"0 m/s on lane {ln.id!r}, which the route drives (a closed lane cannot be on the route)",
+            )
 
     agents = []
     seen: set[str] = set()
@@ -376,9 +392,10 @@ def _parse_map(c: _Checker, doc) -> MapData:
     lanes_doc = c.list_(m["lanes"], "map.lanes", min_len=1)
     raw = []
     ids: list[str] = []
+    no_limit = 0
     for i, ln in enumerate(lanes_doc):
         f = f"map.lanes[{i}]"
-        ln = c.obj(ln, f, ("id", "centerline", "width"), ("left", "right", "successors"))
+        ln = c.obj(ln, f, ("id", "centerline", "width"), ("left", "right", "successors", "speed_limit"))
         lid = c.string(ln["id"], f"{f}.id", ID_PATTERN)
         if lid in ids:
             c.fail(f"{f}.id", f"duplicate lane id {lid!r}")
@@ -391,6 +408,16 @@ def _parse_map(c: _Checker, doc) -> MapData:
             j = int(np.flatnonzero(seg <= 0)[0])
             c.fail(f"{f}.centerline[{j + 1}]", "repeats the previous point (segments must have length > 0)")
         width = c.number(ln["width"], f"{f}.width", lo=0.0, lo_open=True)
+        if "speed_limit" in ln:
+            limit = c.number(ln["speed_limit"], f"{f}.speed_limit", lo=0.0)
+            if limit > MAX_SPEED_LIMIT:
+                c.fail(
+                    f"{f}.speed_limit",
+                    f"must be <= {MAX_SPEED_LIMIT:g} m/s ({MAX_SPEED_LIMIT * 3.6:.0f} km/h), got {limit!r} "
+                    "(speed limits are in m/s: km/h / 3.6)",
+                )
+        else:
+            limit, no_limit = DEFAULT_SPEED_LIMIT, no_limit + 1
         succ = tuple(
             c.string(s, f"{f}.successors[{j}]")
             for j, s in enumerate(c.list_(ln.get("successors", []), f"{f}.successors"))
@@ -401,7 +428,12 @@ def _parse_map(c: _Checker, doc) -> MapData:
             c.string(left, f"{f}.left")
         if right is not None:
             c.string(right, f"{f}.right")
-        raw.append((f, Lane(lid, cl, width, left, right, succ)))
+        raw.append((f, Lane(lid, cl, width, left, right, succ, limit)))
+    if no_limit:
+        log.warning(
+            "%s: %d of %d lanes have no speed_limit (a file from before speed limits?); they get the default "
+            "%.2f m/s (%.0f km/h)", c.file, no_limit, len(lanes_doc), DEFAULT_SPEED_LIMIT, DEFAULT_SPEED_LIMIT * 3.6,
+        )  # fmt: skip
     known = set(ids)
     for f, ln in raw:
         for key, ref in (("left", ln.left), ("right", ln.right)):
@@ -504,6 +536,7 @@ def to_dict(scenario: Scenario, base: Path) -> dict:
                     "left": ln.left,
                     "right": ln.right,
                     "successors": list(ln.successors),
+                    "speed_limit": float(ln.speed_limit),
                     "centerline": fl(ln.centerline),
                 }
                 for ln in s.map.lanes

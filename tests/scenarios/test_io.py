@@ -37,7 +37,7 @@ def make_doc(folder: Path) -> dict:
     T = H + 6
     t = [round(0.1 * k, 10) for k in range(T)]
     return {
-        "format_version": 1,
+        "format_version": 2,
         "id": "tiny-0",
         "dt": 0.1,
         "horizon": H,
@@ -45,9 +45,10 @@ def make_doc(folder: Path) -> dict:
         "scene": {"background": "bg.ply", "assets": {"car": "assets/car.ply"}},
         "map": {
             "lanes": [
-                {"id": "a", "centerline": [[0.0, 0.0], [100.0, 0.0]], "width": 3.5, "left": "b", "successors": ["c"]},
-                {"id": "b", "centerline": [[0.0, 3.5], [100.0, 3.5]], "width": 3.5, "right": "a"},
-                {"id": "c", "centerline": [[100.0, 0.0], [200.0, 0.0]], "width": 3.5},
+                {"id": "a", "centerline": [[0.0, 0.0], [100.0, 0.0]], "width": 3.5, "left": "b", "successors": ["c"],
+                 "speed_limit": 13.9},
+                {"id": "b", "centerline": [[0.0, 3.5], [100.0, 3.5]], "width": 3.5, "right": "a", "speed_limit": 13.9},
+                {"id": "c", "centerline": [[100.0, 0.0], [200.0, 0.0]], "width": 3.5, "speed_limit": 8.3},
             ],
             "road_edges": [[[0.0, -2.25], [200.0, -2.25]]],
         },
@@ -98,6 +99,33 @@ def test_round_trip(tmp_path):
     # saving where the PLYs would be outside the scenario's folder is refused
     with pytest.raises(ScenarioError, match=r"scene\.background"):
         save(sc, tmp_path / "sub" / "x.json")
+
+
+def test_speed_limits_load_and_default_with_one_warning(tmp_path, caplog):
+    sc = load(write(tmp_path, make_doc(tmp_path)))
+    assert [ln.speed_limit for ln in sc.map.lanes] == [13.9, 13.9, 8.3]
+    # along the route a, c: a's limit up to its end, c's from the vertex they share on
+    np.testing.assert_array_equal(sc.map.route_speed_limits(sc.route), [13.9, 8.3, 8.3])
+    assert not caplog.records  # every lane has its limit: nothing to warn about
+    # a closed lane (0 m/s) that the route does not drive is fine
+    doc = make_doc(tmp_path)
+    doc["map"]["lanes"][1]["speed_limit"] = 0
+    assert load(write(tmp_path, doc, "closed.json")).map.lane("b").speed_limit == 0.0
+    # a version-1 file (no limits): the default on every lane, and one warning that names the file
+    doc = make_doc(tmp_path)
+    doc["format_version"] = 1
+    for ln in doc["map"]["lanes"]:
+        del ln["speed_limit"]
+    p = write(tmp_path, doc, "old.json")
+    with caplog.at_level(logging.WARNING, logger="scenarios.io"):
+        old = load(p)
+    assert [ln.speed_limit for ln in old.map.lanes] == [scenarios.format.DEFAULT_SPEED_LIMIT] * 3
+    assert abs(scenarios.format.DEFAULT_SPEED_LIMIT - 13.889) < 1e-3  # 50 km/h
+    assert len(caplog.records) == 1 and str(p) in caplog.records[0].getMessage()
+    assert "3 of 3 lanes have no speed_limit" in caplog.records[0].getMessage()
+    # ... and saved again it is a version-2 file with the limits written out
+    text = save(old, tmp_path / "new.json").read_text()
+    assert json.loads(text)["format_version"] == 2 and text.count('"speed_limit": 13.88') == 3
 
 
 def test_defaults_for_optional_blocks(tmp_path):
@@ -163,7 +191,13 @@ BAD = {
     "absolute": (_set("scene.background", lambda f: str((f / "bg.ply").resolve())), "scene.background", "absolute"),
     "symlink escape": (_symlink_out, "scene.background", "outside the scenario's folder"),
     "unknown top key": (_set("colour", "red"), "colour", "unknown key"),
-    "unknown lane key": (_set("map.lanes[1].speed_limit", 13), "map.lanes[1].speed_limit", "unknown key"),
+    "unknown lane key": (_set("map.lanes[1].colour", "grey"), "map.lanes[1].colour", "unknown key"),
+    "negative limit": (_set("map.lanes[2].speed_limit", -5.0), "map.lanes[2].speed_limit", "must be >= 0.0"),
+    "nan limit": (_set("map.lanes[1].speed_limit", math.nan), "map.lanes[1].speed_limit", "finite"),
+    "inf limit": (_set("map.lanes[1].speed_limit", math.inf), "map.lanes[1].speed_limit", "finite"),
+    "km/h limit": (_set("map.lanes[2].speed_limit", 50), "map.lanes[2].speed_limit", "must be <= 40 m/s"),
+    "text limit": (_set("map.lanes[2].speed_limit", "50 km/h"), "map.lanes[2].speed_limit", "expected a number"),
+    "closed route lane": (_set("map.lanes[2].speed_limit", 0), "map.lanes[2].speed_limit", "which the route drives"),
     "unknown agent key": (_set("agents[0].velocity", [1, 2]), "agents[0].velocity", "unknown key"),
     "unknown ego key": (_set("ego.mass", 1500), "ego.mass", "unknown key"),
     "missing key": (_del("route"), "route", "missing required key"),
@@ -191,7 +225,7 @@ BAD = {
     "negative speed": (_set("expert.speed[4]", -1.0), "expert.speed[4]", ">= 0"),
     "bad rig": (_set("rig.name", "fisheye9"), "rig.name", "unknown camera rig"),
     "bad id": (_set("id", "a b/c"), "id", "must match"),
-    "format 2": (_set("format_version", 2), "format_version", "unsupported version 2"),
+    "format 3": (_set("format_version", 3), "format_version", "unsupported version 3 (this splatdrive reads 1 or 2)"),
     "format missing": (_del("format_version"), "format_version", "missing required key"),
     "tags nested": (_set("tags.kind", {"a": 1}), "tags.kind", "expected a string, number or boolean"),
     "map not object": (_set("map", []), "map", "expected an object"),
