@@ -45,8 +45,14 @@ def make_doc(folder: Path) -> dict:
         "scene": {"background": "bg.ply", "assets": {"car": "assets/car.ply"}},
         "map": {
             "lanes": [
-                {"id": "a", "centerline": [[0.0, 0.0], [100.0, 0.0]], "width": 3.5, "left": "b", "successors": ["c"],
-                 "speed_limit": 13.9},
+                {
+                    "id": "a",
+                    "centerline": [[0.0, 0.0], [100.0, 0.0]],
+                    "width": 3.5,
+                    "left": "b",
+                    "successors": ["c"],
+                    "speed_limit": 13.9,
+                },
                 {"id": "b", "centerline": [[0.0, 3.5], [100.0, 3.5]], "width": 3.5, "right": "a", "speed_limit": 13.9},
                 {"id": "c", "centerline": [[100.0, 0.0], [200.0, 0.0]], "width": 3.5, "speed_limit": 8.3},
             ],
