@@ -8,7 +8,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -53,11 +53,20 @@ class Checkpoint:
 class CheckpointStore:
     """The store at ``uri`` (a path, ``file:///abs/path`` or ``s3://bucket/prefix?...``).
 
-    Opening does no I/O. ``retry`` governs every store operation of its runs.
+    Opening does no I/O. ``retry`` governs every store operation of its runs; ``on_retry(attempt,
+    exc)`` is called before each wait between two attempts of any of them (to count or report an
+    outage; :class:`AsyncCommitter` counts its own).
     """
 
-    def __init__(self, uri: str | os.PathLike, *, retry: RetryPolicy | None = None):
+    def __init__(
+        self,
+        uri: str | os.PathLike,
+        *,
+        retry: RetryPolicy | None = None,
+        on_retry: Callable[[int, BaseException], None] | None = None,
+    ):
         self.retry = retry if retry is not None else RetryPolicy()
+        self.on_retry = on_retry
         self._backend = open_backend(os.fspath(uri))
         self.uri = self._backend.describe()
 
@@ -113,7 +122,7 @@ class RunStore:
         return f"RunStore({self.uri!r})"
 
     def _retrier(self, policy: RetryPolicy | None = None) -> Retrier:
-        return Retrier(policy or self.store.retry)
+        return Retrier(policy or self.store.retry, on_retry=self.store.on_retry)
 
     def _where(self, version: int, file: str | None = None) -> str:
         return self._b.describe(version_rel(self.name, version, file))

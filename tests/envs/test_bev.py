@@ -6,9 +6,6 @@ import math
 from types import SimpleNamespace
 
 import numpy as np
-import pytest
-
-pytest.importorskip("cv2")  # the viz extra
 
 from envs.bev import BACKGROUND, EGO, OBSTACLE, ROAD_EDGE, bird_eye_view
 

@@ -6,7 +6,9 @@ import warnings
 
 import numpy as np
 import pytest
+import stable_baselines3 as sb3
 from gymnasium import spaces
+from stable_baselines3.common.env_checker import check_env
 
 from envs.driving import DrivingEnv
 from envs.vector import VectorDrivingEnv
@@ -74,8 +76,6 @@ def test_the_wrapped_observation_is_the_env_observation_rearranged(plain):
 
 
 def _check_env_warnings(env) -> list:
-    from stable_baselines3.common.env_checker import check_env
-
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         check_env(env, warn=True)
@@ -87,7 +87,6 @@ def _check_env_warnings(env) -> list:
     [dict(), dict(layout="tiled"), dict(image_only=True), dict(layout="tiled", columns=2, image_only=True)],
 )
 def test_stable_baselines3_env_checker_passes_without_warnings(plain, kwargs):
-    pytest.importorskip("stable_baselines3")
     env = StandardObservation(DrivingEnv(CONFIG, scenarios=[plain]), **kwargs)
     assert _check_env_warnings(env) == []
     space = env.observation_space
@@ -97,12 +96,10 @@ def test_stable_baselines3_env_checker_passes_without_warnings(plain, kwargs):
 
 def test_without_the_wrapper_the_checker_does_warn(plain):
     """The reason the wrapper exists: the raw Dict's camera stack is no image SB3 knows."""
-    pytest.importorskip("stable_baselines3")
     assert _check_env_warnings(DrivingEnv(CONFIG, scenarios=[plain])) != []
 
 
 def test_a_stable_baselines3_image_policy_trains_through_it(plain):
-    sb3 = pytest.importorskip("stable_baselines3")
     env = StandardObservation(DrivingEnv(CONFIG, scenarios=[plain]))
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")

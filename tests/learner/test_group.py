@@ -68,7 +68,6 @@ def _listening_pids(port: int) -> set[int]:
 
 @pytest.mark.skipif(not os.path.exists("/proc/net/tcp"), reason="reads listening sockets from Linux /proc")
 def test_two_learners_rendezvous_at_rank0s_store_and_the_driver_binds_no_port(monkeypatch, request):
-    pytest.importorskip("ray")  # the splatdrive[ray] extra
     request.getfixturevalue("ray_session")
     bound = []
     real_bind = socket.socket.bind

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import json
 
-import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from learner.tracking import Tracker
 
 
 def test_provenance_goes_to_run_json_and_tensorboard_text(tmp_path):
-    pytest.importorskip("tensorboard")
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
     t = Tracker(tmp_path / "run", {"seed": 3}, seed=3, tensorboard=True)
     render = {"requested": "auto", "driver": {"used": "cpu", "reason": "no GPU here", "fallback": False}}
     t.provenance("render", render)

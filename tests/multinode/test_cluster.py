@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 
 pytestmark = pytest.mark.multinode
-pytest.importorskip("ray")  # the splatdrive[ray] extra
 
 REPO = Path(__file__).resolve().parents[2]
 JOB_TIMEOUT_S = 600  # a failing cluster start ends the test instead of hanging it

@@ -6,8 +6,6 @@ import numpy as np
 import pytest
 from PIL import Image
 
-pytest.importorskip("cv2")  # the viz extra
-
 from sim.viz import banner, caption, upscale, write_png
 
 

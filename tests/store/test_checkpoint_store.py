@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from store import MANIFEST, CheckpointNotFound, CheckpointStore, CorruptCheckpoint, RetryPolicy
+from store import MANIFEST, CheckpointNotFound, CheckpointStore, CorruptCheckpoint, RetryPolicy, StoreUnavailable
+from tests.s3_servers import free_port
 from tests.store.helpers import payload
 
 # --------------------------------------------------------------------------------------------------
@@ -246,12 +247,19 @@ def test_meta_must_be_json_and_counters_valid(tmp_path):
     assert rs.versions() == []
 
 
-def test_missing_checkpoint_is_not_retried(tmp_path):
-    rs = CheckpointStore(tmp_path, retry=RetryPolicy(max_attempts=3, base_delay=30, max_delay=30)).run("r")
-    start = time.monotonic()
+def test_missing_checkpoint_is_not_retried_but_an_unreachable_store_is(tmp_path):
+    policy = RetryPolicy(max_attempts=3, base_delay=0.01, max_delay=0.01)
+    retried: list[int] = []
+    rs = CheckpointStore(tmp_path, retry=policy, on_retry=lambda attempt, exc: retried.append(attempt)).run("r")
     with pytest.raises(CheckpointNotFound):
         rs.load(1)
-    assert time.monotonic() - start < 10  # a retry would have slept 15-30 s
+    assert retried == []  # "not there" is an answer, not an outage
+    nobody = f"127.0.0.1:{free_port()}"  # a port nothing listens on: connection refused
+    uri = f"s3://bucket/x?endpoint_override={nobody}&scheme=http&access_key=k&secret_key=s&connect_timeout=1"
+    down = CheckpointStore(uri, retry=policy, on_retry=lambda attempt, exc: retried.append(attempt)).run("r")
+    with pytest.raises(StoreUnavailable, match="gave up after 3 attempts"):
+        down.load(1)
+    assert retried == [1, 2]
 
 
 # --------------------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from store import LATEST, parse_ref, parse_version_dir, version_dir
+from store import parse_ref, parse_version_dir, version_dir
 from store.retention import versions_to_keep
 
 
@@ -27,7 +27,6 @@ def test_other_names_are_no_version_folders(name):
 )
 def test_refs_name_a_run_and_a_version_or_the_newest(ref, parsed):
     assert parse_ref(ref) == parsed
-    assert LATEST == "latest"
 
 
 @pytest.mark.parametrize(
