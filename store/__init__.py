@@ -13,6 +13,8 @@ Layout, the same on both::
                                                sha256, plus the caller's meta (iteration, env_steps,
                                                metrics...), wall_time and format_version
     <root>/<run>/ckpt-00000002/...
+    <root>/<run>/tracking/<path>               the run's tracking files (metrics, TensorBoard events...):
+                                               plain files beside the versions, never taken for one
     <root>/<run>/ckpt-00000003/CORRUPT.json    instead of MANIFEST.json: a version that failed its check,
                                                moved aside by retention (RunStore.retain) and never loaded
 
@@ -37,7 +39,8 @@ Modules, bottom up (this package imports nothing from the rest of splatdrive): `
 ``layout`` (version folder names, ``run@version`` refs, the manifest), ``codec`` (safetensors and
 JSON payloads), ``lease`` (the run lease), ``local`` and ``s3`` (the back ends), ``backends``
 (the URI -> back end), ``retention`` (keep_last + best), ``checkpoint_store``
-(:class:`CheckpointStore`, :class:`RunStore`) and ``committer`` (:class:`AsyncCommitter`).
+(:class:`CheckpointStore`, :class:`RunStore`), ``committer`` (:class:`AsyncCommitter`) and ``folders``
+(plain files beside the checkpoints: :class:`StoreFolder`, :class:`FolderMirror`, :class:`OutputFolder`).
 """
 
 from store.checkpoint_store import Checkpoint, CheckpointStore, RunStore
@@ -54,6 +57,16 @@ from store.codec import (
 )
 from store.committer import AsyncCommitter
 from store.errors import CheckpointNotFound, CorruptCheckpoint, LeaseLost, RunLocked, StoreError, StoreUnavailable
+from store.folders import (
+    TRACKING,
+    FolderMirror,
+    OutputFolder,
+    StoreFolder,
+    is_uri,
+    join_uri,
+    scratch_folder,
+    split_uri,
+)
 from store.layout import FORMAT_VERSION, LATEST, LOCK, MANIFEST, parse_ref, parse_version_dir, version_dir
 from store.lease import Lease
 from store.names import check_name
@@ -64,22 +77,28 @@ __all__ = [
     "LATEST",
     "LOCK",
     "MANIFEST",
+    "TRACKING",
     "AsyncCommitter",
     "Checkpoint",
     "CheckpointNotFound",
     "CheckpointStore",
     "CorruptCheckpoint",
+    "FolderMirror",
     "Lease",
     "LeaseLost",
+    "OutputFolder",
     "RetryPolicy",
     "RunLocked",
     "RunStore",
     "StoreError",
+    "StoreFolder",
     "StoreUnavailable",
     "bytes_to_tensors",
     "check_name",
     "from_json_bytes",
     "is_transient",
+    "is_uri",
+    "join_uri",
     "json_bytes",
     "json_safe",
     "optimizer_state_from_payload",
@@ -88,6 +107,8 @@ __all__ = [
     "parse_version_dir",
     "payload_to_state",
     "retry",
+    "scratch_folder",
+    "split_uri",
     "state_to_payload",
     "tensors_to_bytes",
     "version_dir",

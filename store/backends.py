@@ -28,6 +28,12 @@ class Backend(Protocol):
     def read(self, rel: str) -> bytes:
         """The whole file; FileNotFoundError if it is not there."""
 
+    def list_files(self, rel: str) -> dict[str, int]:
+        """{path below ``rel``: size} of every file under the folder ``rel`` (recursive; {} if none)."""
+
+    def make_dirs(self, rel: str) -> None:
+        """Create the folder ``rel`` where folders exist (a no-op on S3)."""
+
     def write(self, rel: str, data: bytes) -> None:
         """Atomic: a reader sees the old file or the whole new one."""
 

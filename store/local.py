@@ -62,6 +62,24 @@ class LocalBackend:
         with open(self.describe(rel), "rb") as f:
             return f.read()
 
+    def list_files(self, rel: str) -> dict[str, int]:
+        """{path below ``rel`` ('/'-joined): size in bytes} of every file under the folder ``rel``
+        (recursive; empty if there is no such folder)."""
+        base = self.describe(rel)
+        out: dict[str, int] = {}
+        for folder, _, names in os.walk(base):
+            for name in names:
+                path = os.path.join(folder, name)
+                try:
+                    out[os.path.relpath(path, base).replace(os.sep, "/")] = os.stat(path).st_size
+                except FileNotFoundError:  # replaced or removed while we walked
+                    continue
+        return out
+
+    def make_dirs(self, rel: str) -> None:
+        """Create the folder ``rel`` and its parents (for files written outside version folders)."""
+        os.makedirs(self.describe(rel), exist_ok=True)
+
     def _write_tmp(self, final: str, data: bytes) -> str:
         tmp = os.path.join(os.path.dirname(final), f".{os.path.basename(final)}.tmp-{uuid.uuid4().hex}")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)

@@ -235,6 +235,18 @@ class S3Backend:
         with _s3_errors(f"reading {self.describe(rel)}"), self.fs.open_input_stream(self._path(rel)) as f:
             return f.read()
 
+    def list_files(self, rel: str) -> dict[str, int]:
+        """{key below ``rel`` ('/'-joined): size in bytes} of every object under the prefix ``rel/``."""
+        from pyarrow import fs as pafs
+
+        base = self._path(rel).rstrip("/")
+        with _s3_errors(f"listing {self.describe(rel)}"):
+            infos = self.fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
+        return {info.path[len(base) + 1 :]: int(info.size or 0) for info in infos if info.type == pafs.FileType.File}
+
+    def make_dirs(self, rel: str) -> None:
+        pass  # no folders on S3: a key's prefix needs no creating
+
     def write(self, rel: str, data: bytes) -> None:
         """One object, atomic per upload: readers see all of it or none."""
         with _s3_errors(f"writing {self.describe(rel)}"), self.fs.open_output_stream(self._path(rel)) as f:
