@@ -17,19 +17,16 @@ import hashlib
 import json
 import logging
 import math
-import os
 import time
 import zipfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
-from envs.driving import DrivingEnv, rgb_to_uint8
-from sim import rendering  # called as rendering.render: the one place envs.bench and tests count or patch
-from sim.dynamics import ANCHOR_HORIZON
-from sim.files import atomic_path
+from envs.driving import DrivingEnv, render_requests
+from sim.files import atomic_path, cache_dir, sha256_file
 
 log = logging.getLogger("envs")
 
@@ -38,10 +35,7 @@ RENDER_BATCH = 8
 
 
 def _cache_root() -> Path:
-    base = os.environ.get("SPLATDRIVE_CACHE")
-    if base:
-        return Path(base) / "demos"
-    return Path(__file__).resolve().parent.parent / ".cache" / "demos"
+    return cache_dir("demos")
 
 
 def _fingerprint(scenarios, config_dict: dict, observation_space: str = "") -> str:
@@ -54,12 +48,39 @@ def _fingerprint(scenarios, config_dict: dict, observation_space: str = "") -> s
         path = getattr(sc, "path", None)
         h.update(str(sc.id).encode())
         if path is not None and Path(path).is_file():
-            h.update(hashlib.sha256(Path(path).read_bytes()).digest())
+            h.update(bytes.fromhex(sha256_file(path)))
     return h.hexdigest()[:24]
 
 
-def _expert_state(d, t: int) -> dict[str, Any]:
-    """The env's dynamic state had the ego driven the expert's path up to step t."""
+@dataclass
+class Demonstrations:
+    """Observations along the experts' paths with their IL labels: N frames.
+
+    obs: per observation part, [N, ...] (the env's dtypes: cameras uint8 [N, C, H, W, 3], the rest float32).
+    labels: int64 [N, 2] (lateral index, longitudinal index), the expert's bins for the next action.
+    scenario_index: int64 [N] index into ``scenario_ids``; step: int64 [N] the clip step of each frame.
+    scenario_ids: the scenarios' ids in pool order; skipped: {id: error} of scenarios left out (broken).
+    """
+
+    obs: dict[str, np.ndarray]
+    labels: np.ndarray
+    scenario_index: np.ndarray
+    step: np.ndarray
+    scenario_ids: list[str]
+    skipped: dict[str, str] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return int(self.labels.shape[0])
+
+    @property
+    def num_scenarios(self) -> int:
+        """Scenarios that gave frames."""
+        return len(self.scenario_ids) - len(self.skipped)
+
+
+def _expert_motion(d, t: int) -> dict[str, Any]:
+    """The env's dynamic state had the ego driven the expert's path up to step t: ``state`` [4] and the
+    ego part's yaw rate, acceleration and steering (``DrivingEnv.observe_state``'s arguments)."""
     poses = d.expert_poses
     speed = np.asarray(d.scenario.expert.speed, dtype=np.float64)
     dt = d.dt
@@ -74,32 +95,33 @@ def _expert_state(d, t: int) -> dict[str, Any]:
     return dict(state=np.array([poses[t, 0], poses[t, 1], poses[t, 3], v]), yaw_rate=yaw_rate, accel=accel, steer=steer)
 
 
-def expert_demonstrations(source, config: dict | None = None, cache: bool = True, progress: bool = True) -> dict:
-    """Observations along the experts' paths and their IL labels.
+def expert_demonstrations(
+    source, config: dict | None = None, cache: bool = True, progress: bool = True
+) -> Demonstrations:
+    """Observations along the experts' paths and their IL labels (:class:`Demonstrations`).
 
     source: scenarios as ``DrivingEnv`` takes them (a built-in suite name, a folder, files, Scenarios).
     config: env config overrides (the same as training's, so the observations match).
-    Returns ``{"obs.<part>": [N, ...], "labels": int64 [N, 2] (lat, long), "scenario_index": int64 [N],
-    "step": int64 [N], "num_scenarios": int, "scenario_ids": list[str], "skipped": {id: error}}``.
     A scenario that fails (its PLY is corrupt...) is charged in the pool, logged and left out
     (``skipped``); only a suite where every scenario fails raises.
     """
     env = DrivingEnv(config, scenarios=source)
     pool = env.pool
-    cfg_dict = env.config.to_dict() if hasattr(env.config, "to_dict") else dict(config or {})
-    key = _fingerprint(pool.scenarios, cfg_dict, repr(env.observation_space))
+    key = _fingerprint(pool.scenarios, env.config.to_dict(), repr(env.observation_space))
     path = _cache_root() / f"demos-{key}.npz"
     if cache and path.is_file():
         try:
             with np.load(path, allow_pickle=False) as z:  # object arrays (pickles) are refused, not loaded
-                out: dict[str, Any] = {k: z[k] for k in z.files}
-            ids = [str(s) for s in out.pop("scenario_ids")]
+                files: dict[str, Any] = {k: z[k] for k in z.files}
+            return Demonstrations(
+                obs={k[4:]: v for k, v in files.items() if k.startswith("obs.")},
+                labels=files["labels"],
+                scenario_index=files["scenario_index"],
+                step=files["step"],
+                scenario_ids=[str(s) for s in files["scenario_ids"]],
+            )
         except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
             log.warning("demonstrations: ignoring the unreadable cache file %s (%s); building them again", path, e)
-        else:
-            out["num_scenarios"] = len(ids)
-            out["scenario_ids"] = ids
-            return out
 
     t0 = time.perf_counter()
     spec = env.action_spec
@@ -112,12 +134,7 @@ def expert_demonstrations(source, config: dict | None = None, cache: bool = True
     def flush():
         if not pending:
             return
-        reqs = [r for _, r in pending]
-        far = max(f for _, _, f in reqs)
-        vms = torch.stack([v for _, v, _ in reqs])
-        out = rendering.render([c for c, _, _ in reqs], vms, env._Ks, env.rig.width, env.rig.height,
-                     backend=env.config.render_backend, far_plane=far)  # fmt: skip
-        imgs = rgb_to_uint8(out.rgb)
+        imgs = render_requests([r for _, r in pending], env.rig, env.rig.Ks(), env.config.render_backend)
         for (i, _), img in zip(pending, imgs):
             rows[i]["cameras"] = img
         pending.clear()
@@ -127,28 +144,24 @@ def expert_demonstrations(source, config: dict | None = None, cache: bool = True
     for k in range(n_sc):
         first = len(rows)
         try:
-            env._start(k)
-            d = env._data
-            assert d is not None  # _start loaded scenario k
+            d = pool.data(k)
             for t in range(d.horizon):
-                s = _expert_state(d, t)
-                env._t = t
-                env._state = s["state"]
-                env._yaw_rate, env._accel, env._steer = s["yaw_rate"], s["accel"], s["steer"]
+                m = _expert_motion(d, t)
                 if t > 0:
                     prev = d.expert_action[t - 1]
-                    env._last = (float(spec.lateral[prev[0]]), float(spec.longitudinal[prev[1]]))
+                    last = (float(spec.lateral[prev[0]]), float(spec.longitudinal[prev[1]]))
                 else:
-                    env._last = (0.0, float(s["state"][3]) * ANCHOR_HORIZON)
-                env._measure()
-                env._obs = None
-                obs = env._observe()
-                rows.append(obs)
+                    last = None  # the anchor that holds the speed
+                obs = env.observe_state(
+                    k, t, m["state"], yaw_rate=m["yaw_rate"], accel=m["accel"], steer=m["steer"], last_anchor=last,
+                    cameras=False,
+                )  # fmt: skip
+                rows.append(dict(obs))
                 labels.append(np.asarray(d.expert_action[t], dtype=np.int64))
                 sidx.append(k)
                 steps.append(t)
                 if env.config.cameras:
-                    pending.append((len(rows) - 1, env._camera_request()))
+                    pending.append((len(rows) - 1, env.camera_request()))
                     if len(pending) >= RENDER_BATCH:
                         flush()
             flush()
@@ -163,16 +176,19 @@ def expert_demonstrations(source, config: dict | None = None, cache: bool = True
     env.close()
     if not rows:
         raise RuntimeError(f"demonstrations: every scenario failed: {'; '.join(list(skipped.values())[:3])}")
-    out = {f"obs.{p}": np.stack([r[p] for r in rows]) for p in rows[0]}
-    out["labels"] = np.stack(labels)
-    out["scenario_index"] = np.asarray(sidx, np.int64)
-    out["step"] = np.asarray(steps, np.int64)
-    ids = [str(s.id) for s in pool.scenarios]
+    out = Demonstrations(
+        obs={p: np.stack([r[p] for r in rows]) for p in rows[0]},
+        labels=np.stack(labels),
+        scenario_index=np.asarray(sidx, np.int64),
+        step=np.asarray(steps, np.int64),
+        scenario_ids=[str(s.id) for s in pool.scenarios],
+        skipped=skipped,
+    )
     if cache and not skipped:  # a broken suite is not cached: its failures are reported on every run
+        arrays: dict[str, Any] = {f"obs.{k}": v for k, v in out.obs.items()}
+        arrays.update(labels=out.labels, scenario_index=out.scenario_index, step=out.step)
+        arrays["scenario_ids"] = np.asarray(out.scenario_ids)
         with atomic_path(path, suffix=".npz") as tmp:
-            np.savez(tmp, **{k: v for k, v in out.items()}, scenario_ids=np.asarray(ids))
+            np.savez(tmp, **arrays)
     log.info("demonstrations: %d frames from %d scenarios in %.1f s", len(rows), n_sc, time.perf_counter() - t0)
-    out["num_scenarios"] = n_sc - len(skipped)
-    out["scenario_ids"] = ids
-    out["skipped"] = skipped  # {scenario id: error}
     return out

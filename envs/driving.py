@@ -47,6 +47,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import torch
 from gymnasium import spaces
 
 from envs.bev import compose_frame
@@ -502,6 +503,60 @@ class DrivingEnv(gym.Env):
             obs["map"], obs["map_mask"] = feats, mask
         return obs
 
+    def observe_state(
+        self,
+        scenario: int | str,
+        step: int,
+        state,
+        *,
+        yaw_rate: float = 0.0,
+        accel: float = 0.0,
+        steer: float = 0.0,
+        last_anchor: tuple[float, float] | None = None,
+        cameras: bool = True,
+    ) -> dict[str, np.ndarray]:
+        """Put the env on ``scenario`` (pool index or id) at ``step`` with the ego in ``state`` and return the
+        observation of that state; an episode then runs from there (``step`` continues it).
+
+        state: [4] (x, y, yaw, v) of the rear axle (world m, rad, m/s); yaw_rate (rad/s), accel (m/s^2) and
+        steer (rad): the ego's motion on arriving there, as its ``ego`` part reports it; last_anchor: the
+        (lateral, longitudinal) anchor in metres of the action that led there (privileged ``ego``; default: the
+        anchor that holds the speed). cameras=False leaves ``obs["cameras"]`` None: render
+        :meth:`camera_request` of several states in one call (:func:`render_requests`) and put the images in.
+        What demonstrations need: the observation had the ego driven the expert's path up to ``step``.
+        """
+        k = self.pool.index_of(scenario) if isinstance(scenario, str) else int(scenario)
+        if self._data is None or self._k != k:
+            self._start(k)
+        d = self._loaded
+        if not 0 <= int(step) <= d.horizon:
+            raise ValueError(f"DrivingEnv.observe_state: step must lie in [0, {d.horizon}], got {step}")
+        st = np.asarray(state, dtype=np.float64)
+        if st.shape != (4,) or not np.isfinite(st).all():
+            raise ValueError(f"DrivingEnv.observe_state: state must be 4 finite numbers (x, y, yaw, v), got {state!r}")
+        self._t = int(step)
+        self._state = st.copy()
+        self._yaw_rate, self._accel, self._steer = float(yaw_rate), float(accel), float(steer)
+        if last_anchor is None:
+            self._last = (0.0, float(st[3]) * ANCHOR_HORIZON)
+        else:
+            self._last = (float(last_anchor[0]), float(last_anchor[1]))
+        self._last_event = ""
+        self._measure()
+        self._obs = None  # no previous images: the cameras part is None until rendered
+        self._obs = self._observe()
+        self._active = self._t < d.horizon
+        if cameras and "cameras" in self._parts:
+            request = self._camera_request()
+            assert request is not None  # the cameras part is on
+            self._set_cameras(self._render_one(*request))
+        return self._obs
+
+    def camera_request(self):
+        """(Composite, viewmats [C, 4, 4], far plane) of the current state, for :func:`render_requests`
+        (None when the cameras part is off)."""
+        return self._camera_request()
+
     def view_request(self, k: int, t: int, x: float, y: float, yaw: float):
         """(Composite, viewmats [C, 4, 4], far plane) of the rig on scenario k (pool index) at step t with
         the ego at (x, y, yaw) (world; the ground height of the expert path's nearest point): what the
@@ -548,6 +603,17 @@ class DrivingEnv(gym.Env):
                 self._grey = np.full(images.shape, BLANK_GREY, np.uint8)
             images = self._grey
         self._observation["cameras"] = images
+
+
+def render_requests(requests, rig, Ks, backend: str) -> np.ndarray:
+    """[S, C, H, W, 3] uint8 images of S camera requests (Composite, viewmats [C, 4, 4], far plane) in ONE
+    ``sim.render`` call (every camera of every request; one batched gsplat call on a GPU). rig: the
+    ``sim.camera`` rig (its width and height), Ks: [C, 3, 3]; the far plane is the largest asked for."""
+    comps = [c for c, _, _ in requests]
+    vms = torch.stack([torch.as_tensor(v) for _, v, _ in requests])
+    far = max(f for _, _, f in requests)
+    out = rendering.render(comps, vms, Ks, rig.width, rig.height, backend=backend, far_plane=far)
+    return rgb_to_uint8(out.rgb)
 
 
 def rgb_to_uint8(rgb) -> np.ndarray:

@@ -8,11 +8,16 @@ ended episode's last observation and info are in ``infos["final_obs"][i]`` and
 
 Each sub-env is a :class:`envs.driving.DrivingEnv` sharing one scenario pool (tables built once,
 failure counts and quarantine shared) with its own seeded generator: ``reset(seed=s)`` seeds
-sub-env i with ``s + i``, so the vector env matches N single envs reset with those seeds and fed
-the same actions (each single env being reset when its episode ends). Per step, the dynamics of all
+sub-env i with ``sim.seeding.derive_seed(s, i)`` (not gymnasium's ``s + i``, which gives runs of
+neighbouring seeds the same sub-envs), so the vector env matches N single envs reset with those seeds
+and fed the same actions (each single env being reset when its episode ends). Per step, the dynamics of all
 sub-envs run in one vectorised call, their geometry in numpy, and every camera of every sub-env --
 including the final frame of an ended episode and the first frame of its successor -- is drawn by
 one ``sim.render`` call (one batched gsplat call on a GPU).
+
+``autoreset=False`` (what closed-loop evaluation uses): an ended sub-env keeps its last state (so it
+can still be filmed with ``render``) and is left alone by later steps (its action is ignored, it
+returns no reward and no info keys) until :meth:`reset_envs` starts it on another scenario.
 
 Infos (gymnasium's dict of arrays with ``_key`` masks): keys that describe the *step just taken*
 (``reward_terms``, ``reward_parts``, ``event``, ``collision_*``, ``static_gaussians``,
@@ -34,16 +39,15 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-import torch
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from envs.config import EnvConfig
-from envs.driving import DrivingEnv, advance, check_action, rgb_to_uint8
+from envs.driving import DrivingEnv, advance, check_action, render_requests
 from envs.suite import ScenarioPool, resolve_scenarios
 from scenarios.actions import project_feasible
-from sim import rendering  # called as rendering.render: the one place envs.bench and tests count or patch
+from sim.seeding import derive_seed
 
 log = logging.getLogger("envs")
 
@@ -64,7 +68,8 @@ class VectorDrivingEnv(VectorEnv):
     """N :class:`DrivingEnv` sharing a scenario pool; one render call per step (module docstring).
 
     scenarios: as DrivingEnv's (default ``config["suite"]``); num_envs: N; config: dict of
-    overrides or EnvConfig; skip_broken: overrides ``config["skip_broken"]``.
+    overrides or EnvConfig; skip_broken: overrides ``config["skip_broken"]``; autoreset: False keeps ended
+    sub-envs as they ended until :meth:`reset_envs` (module docstring).
     """
 
     # gymnasium's VectorEnv declares metadata an instance attribute, which a ClassVar may not override
@@ -83,6 +88,7 @@ class VectorDrivingEnv(VectorEnv):
         render_mode: str | None = None,
         *,
         skip_broken: bool | None = None,
+        autoreset: bool = True,
     ):
         cfg = EnvConfig.from_dict(config)
         if skip_broken is not None:
@@ -105,6 +111,7 @@ class VectorDrivingEnv(VectorEnv):
         self.rig = e0.rig
         self._Ks = e0._Ks
         self._seeded = False
+        self.autoreset = bool(autoreset)
 
     @property
     def quarantined(self) -> list[str]:
@@ -117,7 +124,7 @@ class VectorDrivingEnv(VectorEnv):
         if seed is None and not self._seeded and self.config.seed is not None:
             seed = self.config.seed
         if seed is None or isinstance(seed, int | np.integer):
-            seeds = [None if seed is None else int(seed) + i for i in range(N)]
+            seeds = [None if seed is None else derive_seed(int(seed), i) for i in range(N)]
         else:
             seeds = list(seed)
             if len(seeds) != N:
@@ -135,6 +142,33 @@ class VectorDrivingEnv(VectorEnv):
         self._render_requests(requests, reset_infos=reset_infos)
         infos = merge_infos([reset_infos[i] for i in range(N)], N)
         return self._batch_obs([env._observation for env in self.envs]), infos
+
+    def reset_envs(self, indices, scenarios) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """Start sub-envs ``indices`` on ``scenarios`` (ids or pool indices, one each), the others untouched;
+        their first frames in one render call. Returns the batched observation of all N sub-envs and the
+        infos of the reset ones (gymnasium's layout, ``_key`` masks False for the others). A scenario that
+        fails to start raises, naming it (the caller asked for it by name)."""
+        indices = [int(i) for i in indices]
+        scenarios = list(scenarios)
+        if len(indices) != len(scenarios):
+            raise ValueError(f"VectorDrivingEnv.reset_envs: {len(indices)} indices but {len(scenarios)} scenarios")
+        if not self._seeded:
+            self.reset(seed=self.config.seed)  # every sub-env seeded once, as a first reset would
+        infos: list[dict] = [{} for _ in range(self.num_envs)]
+        requests = []
+        for i, sc in zip(indices, scenarios):
+            env = self.envs[i]
+            infos[i] = env._reset_state({"scenario": sc})
+            requests.append((i, _request(env)))
+        for i, r in requests:  # asked for by name: a failure is the caller's to see, not another scenario's
+            if isinstance(r, Exception):
+                raise RuntimeError(f"VectorDrivingEnv.reset_envs: {self.pool.record_failure(self.envs[i]._k, r)}")
+        good = [(i, r) for i, r in requests if r is not None]
+        if good:
+            images = render_requests([r for _, r in good], self.rig, self._Ks, self.config.render_backend)
+            for (i, _), img in zip(good, images):
+                self.envs[i]._set_cameras(img)
+        return self._batch_obs([env._observation for env in self.envs]), merge_infos(infos, self.num_envs)
 
     # -- step ------------------------------------------------------------------------------------
     def step(self, actions):
@@ -154,18 +188,22 @@ class VectorDrivingEnv(VectorEnv):
             idx = a.astype(np.int64)
         else:
             idx = np.array([check_action(a[i], spec, f"VectorDrivingEnv.step (env {i})") for i in range(N)])
-        for i, env in enumerate(self.envs):
-            if not env._active:
-                raise RuntimeError(f"VectorDrivingEnv.step: env {i} has no episode running; call reset() first")
+        live = np.array([env._active for env in self.envs])
+        if self.autoreset and not live.all():
+            i = int(np.argmin(live))
+            raise RuntimeError(f"VectorDrivingEnv.step: env {i} has no episode running; call reset() first")
         lat_p, projected = project_feasible(idx[:, 0], idx[:, 1], spec)
         lat_m, long_m = spec.lateral[lat_p], spec.longitudinal[idx[:, 1]]
-        states = np.stack([env._state for env in self.envs])
-        dts = [env._data.dt for env in self.envs]
-        wbs = [env._data.wheelbase for env in self.envs]
-        try:
-            new, accel, steer = advance(states, lat_m, long_m, dts, wbs)
-        except Exception:  # find whose it is: one env at a time
-            new, accel, steer = np.full((N, 4), np.nan), np.zeros(N), np.zeros(N)
+        new, accel, steer = np.full((N, 4), np.nan), np.zeros(N), np.zeros(N)
+        on = np.flatnonzero(live)
+        if len(on):
+            states = np.stack([self.envs[i]._state for i in on])
+            dts = [self.envs[i]._data.dt for i in on]
+            wbs = [self.envs[i]._data.wheelbase for i in on]
+            try:
+                new[on], accel[on], steer[on] = advance(states, lat_m[on], long_m[on], dts, wbs)
+            except Exception:  # find whose it is: one env at a time (below)
+                pass
 
         rewards = np.zeros(N)
         terminated = np.zeros(N, dtype=bool)
@@ -173,10 +211,13 @@ class VectorDrivingEnv(VectorEnv):
         step_infos: list[dict] = [{} for _ in range(N)]
         requests = []
         for i, env in enumerate(self.envs):
+            if not live[i]:  # autoreset=False: an ended sub-env waits for reset_envs
+                continue
             try:
                 if not np.isfinite(new[i]).all():
                     one = slice(i, i + 1)
-                    n1, a1, s1 = advance(states[one], lat_m[one], long_m[one], dts[one], wbs[one])
+                    d = env._loaded
+                    n1, a1, s1 = advance(env._state[None], lat_m[one], long_m[one], [d.dt], [d.wheelbase])
                     new[i], accel[i], steer[i] = n1[0], a1[0], s1[0]
                 r, te, tr, info = env._after_dynamics(
                     new[i], float(accel[i]), float(steer[i]), float(lat_m[i]), float(long_m[i]),
@@ -189,7 +230,7 @@ class VectorDrivingEnv(VectorEnv):
         self._render_requests(requests, step_infos=step_infos, terminated=terminated, truncated=truncated)
 
         # same-step autoreset: keep the final observation, start the next episode, render it too
-        ended = np.flatnonzero(terminated | truncated)
+        ended = np.flatnonzero(terminated | truncated) if self.autoreset else np.array([], dtype=np.int64)
         final_obs: dict[int, dict] = {}
         reset_infos: dict[int, dict] = {}
         requests = []
@@ -271,13 +312,8 @@ class VectorDrivingEnv(VectorEnv):
                 reset_infos[i] = info
 
     def _render_batch(self, requests) -> np.ndarray:
-        """[S, C, H, W, 3] uint8 for S (Composite, viewmats [C, 4, 4], far plane) requests."""
-        comps = [c for c, _, _ in requests]
-        vms = torch.stack([v for _, v, _ in requests])
-        far = max(f for _, _, f in requests)
-        r, cfg = self.rig, self.config
-        out = rendering.render(comps, vms, self._Ks, r.width, r.height, backend=cfg.render_backend, far_plane=far)
-        return rgb_to_uint8(out.rgb)
+        """[S, C, H, W, 3] uint8 for S (Composite, viewmats [C, 4, 4], far plane) requests, in one call."""
+        return render_requests(requests, self.rig, self._Ks, self.config.render_backend)
 
     def _batch_obs(self, obs_list: list[dict]) -> dict[str, np.ndarray]:
         return {k: np.stack([o[k] for o in obs_list]) for k in self.single_observation_space.spaces}

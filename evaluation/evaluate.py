@@ -8,8 +8,9 @@ A policy (SOURCE) is a store URI with a run and a version (``<store>/<run>@<vers
 ``@latest``), a training checkpoint folder, an exported policy folder (``python -m policy.export``),
 or a built-in baseline: ``expert`` (log replay), ``stop``, ``constant-velocity``, ``lane-follow``
 (``evaluation.baselines``). Each policy drives every scenario of the suite once, deterministically,
-closed loop: Ray actors each run ``evaluation.rollouts.evaluate`` on waves of scenarios
-(``num_actors=0``: in this process). ``python -m evaluation.evaluate`` and ``python -m scenarios.evaluate``
+closed loop, through the one closed-loop runner (``rollout.group.RolloutGroup.run_episodes``: chunks of
+clips handed to Ray actors as they free up, a crashed actor replaced and its chunk driven again;
+``num_actors=0``: in this process). ``python -m evaluation.evaluate`` and ``python -m scenarios.evaluate``
 (kept as an alias) run the same. ``--compare A B ...`` evaluates several policies on the same
 scenarios with the same env settings and seed.
 
@@ -34,20 +35,18 @@ import math
 import re
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import yaml
+from tqdm import tqdm
 
 from envs.config import EnvConfig
-from envs.driving import DrivingEnv
-from envs.observation import observation_space
-from envs.suite import ScenarioPool, resolve_scenarios
-from evaluation.baselines import BASELINES, PARTS
+from envs.suite import resolve_scenarios
 from evaluation.metrics import by_kind, rad_metrics
+from evaluation.policies import PolicyEntry, PolicyError, provenance, resolve_policies, slug
 from evaluation.report import (
     clip_row,
     interval_table,
@@ -61,20 +60,15 @@ from evaluation.report import (
     write_csv,
     write_video,
 )
-from evaluation.rollouts import PolicyEntry, PoolSettings, make_act, rollouts
-from policy.sources import resolve_policy_source
-from sim.camera import make_rig
+from rollout.cluster import connect
+from rollout.group import ActorResources, RolloutGroup, check_resources
+from rollout.job import check_job_path
+from rollout.worker import RolloutWorker, WorkerSpec
 from sim.configs import ConfigError, build_parser, field, overrides_dict, resolve, to_dict
 from sim.files import atomic_write
-from store import json_safe
+from store import OutputFolder, json_safe
 
 log = logging.getLogger("evaluation")
-
-OBS_PARTS = ("cameras", "ego", "route", "agents", "map")
-
-
-class PolicyError(ValueError):
-    """A policy that cannot be evaluated on this suite (missing, corrupt, or built for another env)."""
 
 
 @dataclass(frozen=True)
@@ -100,6 +94,7 @@ class EvaluateConfig:
     num_envs: int = field(4, help="environments each actor (or this process) steps together")
     cpus_per_actor: float = field(1.0, help="Ray CPUs per actor")
     gpus_per_actor: float = field(0.0, help="fraction of a GPU per actor (gsplat renders there)")
+    resources: dict = field({}, help="Ray custom resources each actor asks for, e.g. resources.rollout_node=1")
     threads: int = field(1, help="torch and renderer threads per actor (and in this process)")
     ray_address: str = field("", help="Ray cluster to join ('': RAY_ADDRESS, else a local instance)")
     videos: int = field(2, help="clips filmed per policy (0: none)")
@@ -113,189 +108,37 @@ class EvaluateConfig:
             raise ValueError("num_actors >= 0, num_envs >= 1, threads >= 1 and videos >= 0 are required")
         if not (self.freeze_s >= 0 and math.isfinite(self.freeze_s)):
             raise ValueError(f"freeze_s: expected seconds >= 0, got {self.freeze_s}")
+        check_resources("resources", self.resources)
 
     @property
     def policies(self) -> tuple[str, ...]:
         return ((self.policy,) if self.policy else ()) + tuple(self.compare)
 
 
-# -- policies --------------------------------------------------------------------------------------
+# -- the rollouts ----------------------------------------------------------------------------------
 
 
-def suite_observation(scenarios: Sequence, env_config: Mapping[str, Any]):
-    """(observation space, (rig, width, height), EnvConfig) of the suite's env, without building an env."""
-    cfg = EnvConfig.from_dict(dict(env_config))
-    rig, w, h = ScenarioPool(list(scenarios), cfg).rig_spec()
-    return observation_space(cfg, len(make_rig(rig, w, h)), w, h), (rig, w, h), cfg
-
-
-def observation_mismatch(expected, actual, rig: tuple[str, int, int] | None = None) -> list[str]:
-    """What differs between a policy's observation space (``expected``) and the env's (``actual``), both
-    gymnasium Dicts, in words: missing or extra parts, other shapes (cameras spelled out as count and
-    size), other dtypes. Empty when they match."""
-    exp, act = dict(expected.spaces), dict(actual.spaces)
-    out = []
-    for k in sorted(set(exp) - set(act)):
-        out.append(f"the policy needs observation part {k!r}, which the env has switched off (env.{_part(k)}=true)")
-    for k in sorted(set(act) - set(exp)):
-        out.append(f"the env gives observation part {k!r}, which the policy was not built with (env.{_part(k)}=false)")
-    for k in sorted(set(exp) & set(act)):
-        e, a = exp[k], act[k]
-        es, as_ = tuple(getattr(e, "shape", ()) or ()), tuple(getattr(a, "shape", ()) or ())
-        if es != as_:
-            if k == "cameras" and len(es) == 4 and len(as_) == 4:
-                where = f" (rig {rig[0]})" if rig else ""
-                out.append(
-                    f"cameras: the policy expects {es[0]} camera(s) of {es[2]}x{es[1]}, the env gives "
-                    f"{as_[0]} of {as_[2]}x{as_[1]}{where}; set env.rig / env.resolution to the policy's"
-                )
-            else:
-                out.append(f"{k}: the policy expects shape {list(es)}, the env gives {list(as_)}")
-        elif getattr(e, "dtype", None) != getattr(a, "dtype", None):
-            out.append(f"{k}: the policy expects dtype {e.dtype}, the env gives {a.dtype}")
-    return out
-
-
-def _part(key: str) -> str:
-    return key.removesuffix("_mask")
-
-
-def _slug(label: str) -> str:
-    s = re.sub(r"[^A-Za-z0-9._@-]+", "_", label).strip("_.")
-    return s or "policy"
-
-
-# EnvConfig keys that shape what a policy observes and how its actions decode: a trained policy's own
-# settings of these (its training env config) are kept, under the evaluation's env overrides. Everything
-# else -- termination thresholds, horizon, collision settings -- is the evaluation's, the same for all.
-SOURCE_ENV_KEYS = (
-    "observation", "navigation_points", "navigation_spacing",
-    "cameras", "ego", "route", "agents", "map", "rig", "resolution", "max_agents", "agent_radius",
-    "obstacles_as_agents", "map_points", "map_spacing", "map_radius", "route_points", "route_spacing",
-    "n_lat", "lat_max", "n_long", "long_max",
-)  # fmt: skip
-
-
-def resolve_policies(specs: Sequence[str], scenarios: Sequence, env: Mapping[str, Any]) -> list[PolicyEntry]:
-    """Every policy resolved and checked against the suite's env; raises PolicyError before any rollout.
-
-    env: the evaluation's EnvConfig overrides. A baseline gets them with the observation parts it does
-    not read switched off (cameras are most of a step's cost); a trained policy gets its own
-    observation settings (``SOURCE_ENV_KEYS`` of its training env config) under them, and must then
-    observe exactly what the suite's env gives: parts, camera count, rig resolution, dtypes, action bins.
-    """
-    if not specs:
-        raise PolicyError("no policy: give --policy SOURCE or --compare A B ...")
-    entries: list[PolicyEntry] = []
-    seen: dict[str, str] = {}  # slug of a label -> the spec that has it
-    for spec in specs:
-        spec = str(spec)
-        if spec in BASELINES:
-            # baselines read ground truth (the ego's speed, the lane map): the privileged observation
-            parts = {p: (p in PARTS[spec]) for p in OBS_PARTS}
-            entry = PolicyEntry(spec, spec, "baseline", {**env, **parts, "observation": "privileged"})
-        else:
-            source = _resolve_source(spec)
-            own = {k: v for k, v in dict(source.env_config or {}).items() if k in SOURCE_ENV_KEYS}
-            merged = {**own, **env}
-            try:
-                env_space, rig, env_cfg = suite_observation(scenarios, merged)
-            except ValueError as e:
-                raise PolicyError(f"policy {spec!r}: the suite's env cannot be set up for it: {e}") from None
-            if env_cfg.observation != source.observation_mode:
-                raise PolicyError(
-                    f"policy {spec!r} was trained with observation={source.observation_mode!r}, the suite's env "
-                    f"observes {env_cfg.observation!r} (env.observation); a policy drives only from the observation "
-                    "mode it was trained with. Nothing was run."
-                )
-            problems = observation_mismatch(source.obs_space, env_space, rig)
-            if env_cfg.action_spec != source.action_spec:
-                problems.append(f"action bins: the policy has {source.action_spec}, the env {env_cfg.action_spec}")
-            if problems:
-                raise PolicyError(
-                    f"policy {spec!r} does not fit the suite's env: " + "; ".join(problems) + ". Nothing was run."
-                )
-            entry = PolicyEntry(_source_label(source, spec), spec, "source", merged, source)
-        if _slug(entry.label) in seen:
-            raise PolicyError(f"policies {seen[_slug(entry.label)]!r} and {spec!r} have the same name {entry.label!r}")
-        seen[_slug(entry.label)] = spec
-        entries.append(entry)
-    return entries
-
-
-def _resolve_source(spec: str):
-    """``policy.sources.resolve_policy_source(spec)``, its errors turned into PolicyError."""
+def rollouts(entries: Sequence[PolicyEntry], scenarios: Sequence, cfg: EvaluateConfig) -> dict[str, list[dict]]:
+    """Per policy label, one record per scenario (in the suite's order): the rollout group's Ray actors
+    (``num_actors``, each stepping ``num_envs`` envs), or this process."""
+    started = cfg.num_actors > 0 and connect(cfg.ray_address, log_to_driver=False)
+    bar = tqdm(total=len(entries) * len(scenarios), unit="clip", desc="evaluating", disable=not cfg.progress,
+               file=sys.stderr)  # fmt: skip
+    spec = WorkerSpec(num_envs=cfg.num_envs, seed=cfg.seed, threads=cfg.threads)
+    resources = ActorResources(cfg.cpus_per_actor, cfg.gpus_per_actor, resources=cfg.resources)
+    group = RolloutGroup(spec, cfg.num_actors, resources)
     try:
-        return resolve_policy_source(spec)
-    except Exception as e:  # missing, corrupt, unreadable: the source says which file and why
-        raise PolicyError(f"policy {spec!r} cannot be loaded: {e}. Nothing was run.") from e
+        return group.run_episodes(entries, scenarios, cfg.num_envs, progress=bar.update)
+    finally:
+        bar.close()
+        group.shutdown()
+        if started:
+            import ray  # connected above: Ray is there
 
-
-def _source_label(source, spec: str) -> str:
-    """A short name: ``<run>@<version>`` for a checkpoint, the folder's name for an exported package."""
-    prov = dict(getattr(source, "provenance", {}) or {})
-    if source.kind == "checkpoint" and prov.get("run") and prov.get("version") is not None:
-        return f"{prov['run']}@{prov['version']}"
-    if source.path is not None:
-        return Path(source.path).name or spec
-    return spec
-
-
-def provenance(entry: PolicyEntry) -> dict:
-    """Where a policy came from, for metrics.json (a trained policy's run, version, manifest sha256...)."""
-    if entry.kind == "baseline":
-        return dict(kind="baseline", name=entry.spec)
-    keep = ("kind", "spec", "store_uri", "run", "version", "manifest_sha256", "path", "policy_json_sha256", "source")
-    prov = dict(getattr(entry.source, "provenance", {}) or {})
-    return {k: prov[k] for k in keep if k in prov}
-
-
-def pool_settings(cfg: EvaluateConfig) -> PoolSettings:
-    """Where ``cfg``'s rollouts run (``evaluation.rollouts.rollouts``)."""
-    return PoolSettings(
-        num_actors=cfg.num_actors,
-        num_envs=cfg.num_envs,
-        threads=cfg.threads,
-        cpus_per_actor=cfg.cpus_per_actor,
-        gpus_per_actor=cfg.gpus_per_actor,
-        ray_address=cfg.ray_address,
-        progress=cfg.progress,
-    )
+            ray.shutdown()
 
 
 # -- videos ----------------------------------------------------------------------------------------
-
-
-def film(entry: PolicyEntry, scenario, act: Callable | None = None) -> tuple[list[np.ndarray], dict]:
-    """Drive one clip in a single env with ``render_mode="rgb_array"``: (frames, record).
-
-    frames[k] is the cameras + bird's-eye view after step k (frames[0] at the start); a single env (no
-    autoreset) renders the very state in which the event happened. The record has the evaluation's
-    fields (event, steps, collision_location, error), to check that the filmed drive is the evaluated one.
-    """
-    env = DrivingEnv(entry.env, render_mode="rgb_array", scenarios=[scenario])
-    act = act or make_act(entry, env.action_spec)
-    obs, info = env.reset(options={"scenario": str(scenario.id)})
-    frames = [env.render()]
-    rec: dict[str, Any] = dict(
-        scenario=str(scenario.id), kind=str(scenario.tags.get("kind", "")), horizon=env._loaded.horizon
-    )
-    rec.update(event="", steps=0, collision_location="", error="")
-    try:
-        while True:
-            batch = {k: v[None] for k, v in obs.items()}
-            action = np.asarray(act(batch, [info]))[0]
-            obs, _, term, trunc, info = env.step(action)
-            rec["steps"] += 1
-            frames.append(env.render())
-            if term or trunc:
-                rec["event"] = str(info.get("event", "") or "")
-                rec["collision_location"] = str(info.get("collision_location", "") or "")
-                rec["error"] = str(info.get("error", "") or "")
-                break
-    finally:
-        env.close()
-    return frames, rec
 
 
 def write_videos(entries, records, scenarios, cfg: EvaluateConfig, out: Path) -> dict[str, list[dict]]:
@@ -307,19 +150,22 @@ def write_videos(entries, records, scenarios, cfg: EvaluateConfig, out: Path) ->
     if unknown:
         raise ConfigError(f"video_scenarios: unknown scenario id(s) {unknown}; the suite has {sorted(by_id)[:5]}...")
     made: dict[str, list[dict]] = {}
+    # filmed in this process by the same runner that evaluated, one clip at a time: the frames end in the
+    # very state in which the episode ended
+    worker = RolloutWorker(WorkerSpec(num_envs=1, seed=cfg.seed, threads=cfg.threads))
     for e in entries:
         chosen = list(cfg.video_scenarios) or worst_first(records[e.label])[: cfg.videos]
         evaluated = {str(r["scenario"]): r for r in records[e.label]}
-        act = make_act(e, EnvConfig.from_dict(e.env).action_spec, cfg.threads)
-        for sid in chosen:
-            frames, rec = film(e, by_id[sid], act)
+        filmed = worker.episodes(e, [by_id[sid] for sid in chosen], chosen, 1, frames=True) if chosen else []
+        for sid, rec in zip(chosen, filmed):
+            frames = rec.pop("frames")
             ev = evaluated[sid]
             if (rec["event"], rec["steps"]) != (ev.get("event", ""), ev.get("steps")):
                 log.warning(
                     "%s on %s: the filmed drive ended with %r at step %d, the evaluated one with %r at step %d",
                     e.label, sid, rec["event"], rec["steps"], ev.get("event", ""), ev.get("steps"),
                 )  # fmt: skip
-            path = out / "videos" / _slug(e.label) / f"{_slug(sid)}.mp4"
+            path = out / "videos" / slug(e.label) / f"{slug(sid)}.mp4"
             path, n = write_video(path, frames, rec, label=e.label, freeze_s=cfg.freeze_s)
             made.setdefault(e.label, []).append(
                 dict(scenario=sid, path=str(path.relative_to(out)), frames=n, event=rec["event"], step=rec["steps"])
@@ -446,16 +292,19 @@ def run(cfg: EvaluateConfig) -> EvaluationResult:
     """Check everything, roll out every policy on every scenario, write the outputs."""
     # checked again for a config built directly, not parsed: unknown keys are errors before anything loads
     env = {"seed": cfg.seed, **overrides_dict(EnvConfig, cfg.env, "env.")}
+    # as a Ray job, a relative --out lands in the job's temporary package: refused before any work
+    check_job_path(cfg.out, "--out", "Give --out s3://bucket/prefix/evaluations/<name> (or an absolute shared path).")
     scenarios, suite_path = load_scenarios(cfg.suite, env)
     entries = resolve_policies(cfg.policies, scenarios, env)
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
+    folder = OutputFolder(cfg.out)  # a path, or a store URI written through a local copy (uploaded at the end)
+    out = folder.path
     log.info("evaluating %s on %d scenarios of %s", ", ".join(e.label for e in entries), len(scenarios), suite_path)
     t0 = time.perf_counter()
-    records = rollouts(entries, scenarios, pool_settings(cfg))
+    records = rollouts(entries, scenarios, cfg)
     summary = summarise(entries, records, scenarios, cfg, suite_path, time.perf_counter() - t0)
     videos = write_videos(entries, records, scenarios, cfg, out)
     files = write_outputs(summary, records, videos, cfg, out)
+    folder.sync()
     return EvaluationResult(out, dict(summary, videos=videos), records, videos, files)
 
 
@@ -505,10 +354,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     overall = {k: result.summary["policies"][k]["overall"] for k in result.summary["order"]}
     print(rad_table(overall))
-    print(f"\nwrote {', '.join(str(p) for p in result.files.values())}")
+    where = OutputFolder.describe(cfg.out).rstrip("/")  # a store URI: the files are there (result.out: a copy)
+    print(f"\nwrote {', '.join(f'{where}/{p.relative_to(result.out).as_posix()}' for p in result.files.values())}")
     for vids in result.videos.values():
         for v in vids:
-            print(f"video: {result.out / v['path']}")
+            print(f"video: {where}/{v['path']}")
     return 0
 
 

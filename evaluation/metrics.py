@@ -1,4 +1,4 @@
-"""Closed-loop metrics over evaluated clips (pure functions of the per-clip records of ``evaluation.rollouts``).
+"""Closed-loop metrics over evaluated clips (pure functions of the per-clip records of ``rollout.episodes``).
 
 One record per clip (scenario), from a closed-loop rollout:
 

@@ -1,6 +1,6 @@
 """What ``python -m evaluation`` writes: per-clip rows, RAD-style tables, the metrics plot, videos.
 
-Pure functions of the evaluation's per-clip records (``evaluation.rollouts``) and of
+Pure functions of the evaluation's per-clip records (``rollout.episodes``) and of
 ``evaluation.metrics.rad_metrics`` results, plus the writers that put them on disk:
 
 - :func:`clip_row` / :func:`write_csv`: one CSV row per (policy, scenario);

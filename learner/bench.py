@@ -72,7 +72,7 @@ def bench_rollout(cfg: LearnerBenchConfig, num_actors: int) -> dict:
     spec = WorkerSpec(scenarios=(cfg.suite,), env_config={"render_backend": "auto"}, num_envs=cfg.envs_per_actor)
     g = RolloutGroup(spec, num_actors, ActorResources(num_cpus=1))
     try:
-        g.set_weights(0, g.call("weights")[0])
+        g.set_weights(0, g.weights())
         g.sample(4)  # warm-up: JIT, scene caches
         t0 = time.perf_counter()
         steps = 0
@@ -101,13 +101,13 @@ def bench_learner_and_loop(cfg: LearnerBenchConfig) -> tuple[dict, dict]:
     tr.build()
     try:
         learners, group = tr.learner_group, tr.rollout_group
-        group.set_weights(0, learners.call("weights"))
+        group.set_weights(0, learners.weights())
         batch = stack_time(group.sample(cfg.fragment_length))
-        n = batch["actions"].shape[0] * batch["actions"].shape[1]
-        learners.call("update_rl", batch)  # warm-up
+        n = batch.env_steps
+        learners.update_rl(batch)  # warm-up
         t0 = time.perf_counter()
         for _ in range(cfg.rounds):
-            learners.call("update_rl", batch)
+            learners.update_rl(batch)
         dt = time.perf_counter() - t0
         learner = dict(samples=n, epochs=cfg.epochs, seconds=dt, samples_per_s=n * cfg.epochs * cfg.rounds / dt)
         # the loop: weights out, fragments back, update
@@ -116,10 +116,10 @@ def bench_learner_and_loop(cfg: LearnerBenchConfig) -> tuple[dict, dict]:
         roll = learn = 0.0
         for _ in range(cfg.rounds):
             t1 = time.perf_counter()
-            group.set_weights(1, learners.call("weights"))
+            group.set_weights(1, learners.weights())
             frags = group.sample(cfg.fragment_length)
             t2 = time.perf_counter()
-            learners.call("update_rl", stack_time(frags))
+            learners.update_rl(stack_time(frags))
             t3 = time.perf_counter()
             roll += t2 - t1
             learn += t3 - t2

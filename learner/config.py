@@ -10,17 +10,9 @@ from dataclasses import dataclass
 
 from envs.config import EnvConfig
 from policy.network import PolicyConfig
+from rollout.group import check_resources
 from sim.configs import coerce_fields, field
 from store import check_name
-
-
-def check_resources(key: str, resources: dict) -> None:
-    """Ray custom resources: names to amounts >= 0 (what ``ray start --resources`` gives nodes)."""
-    for name, amount in resources.items():
-        if not isinstance(name, str) or not name or isinstance(amount, bool) or not isinstance(amount, int | float):
-            raise ValueError(f"{key}: expected {{resource name: amount}}, got {name!r}: {amount!r}")
-        if not amount >= 0:
-            raise ValueError(f"{key}.{name}: expected an amount >= 0, got {amount!r}")
 
 
 @dataclass(frozen=True)
@@ -150,11 +142,21 @@ class StoreConfig:
 
 @dataclass(frozen=True)
 class TrackingConfig:
-    """Where a run's logs go: ``<out>/<run>/`` (config.yaml, run.json, metrics.jsonl, TensorBoard)."""
+    """Where a run's tracking files go (config.yaml, run.json, metrics.jsonl, summary.json, TensorBoard,
+    reports): with its checkpoints, ``<store>/<run>/tracking/`` (``out`` empty), else ``<out>/<run>/``."""
 
-    out: str = field("runs", help="local folder for the run folders: logs, config.yaml, metrics, TensorBoard, reports")
+    out: str = field(
+        "",
+        help="local folder for the run folders ('': with the run in the store, <store>/<run>/tracking/, uploaded "
+        "every sync_s seconds; python -m learner.tracking pull <store>/<run> DIR brings them back)",
+    )
+    sync_s: float = field(30.0, help="seconds between uploads of the run's tracking files to the store")
     tensorboard: bool = field(True, help="write TensorBoard event files in the run folder")
     mlflow: bool = field(False, help="log to MLflow too (also on when MLFLOW_TRACKING_URI is set)")
+
+    def __post_init__(self):
+        if not self.sync_s > 0:
+            raise ValueError(f"tracking.sync_s: expected seconds > 0, got {self.sync_s}")
 
 
 STAGES = ("perception", "il", "rl")  # RAD's three, in their order

@@ -21,13 +21,17 @@ import datetime
 import logging
 import os
 import socket
+import sys
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
-from learner.learner import Learner, LearnerSettings
+from learner.learner import Demos, Learner, LearnerSettings
 from policy.network import ActorCritic
+from rollout.fragment import Batch
+
+R = TypeVar("R")
 
 log = logging.getLogger(__name__)
 
@@ -98,8 +102,10 @@ class LearnerWorker:
         self._build()
         return self.backend
 
-    def call(self, method: str, *args, **kwargs):
-        return getattr(self.learner, method)(*args, **kwargs)
+    def call(self, method: Callable[..., R], *args, **kwargs) -> R:
+        """``method`` (a Learner method, e.g. ``Learner.update_rl``) on this rank's Learner."""
+        assert self.learner is not None, "the learner joins its group before it is called"
+        return method(self.learner, *args, **kwargs)
 
 
 class LearnerGroup:
@@ -178,9 +184,8 @@ class LearnerGroup:
     def nodes(self) -> list[dict[str, Any]]:
         """Where each rank runs (node id, address, host, pid); the driver's own for one local learner."""
         if self.local is not None:
-            import ray  # heavy optional dependency (see _node); only asked whether it runs
-
-            if ray.is_initialized():
+            ray = sys.modules.get("ray")  # not imported (or not installed): Ray is not running here
+            if ray is not None and ray.is_initialized():
                 return [dict(_node(), rank=0)]
             return [dict(node_id="", ip="", host=socket.gethostname(), pid=os.getpid(), rank=0)]
         return [dict(n, rank=r) for r, n in enumerate(self._ray.get([a.node.remote() for a in self.actors]))]
@@ -198,13 +203,40 @@ class LearnerGroup:
             ranks=self.nodes(),
         )
 
-    def call(self, method: str, *args, **kwargs):
-        """Run a Learner method on every rank; returns rank 0's result."""
+    def _call(self, method: Callable[..., R], *args) -> R:
+        """``method`` (a Learner method) on every rank; rank 0's result."""
         if self.local is not None:
-            return getattr(self.local, method)(*args, **kwargs)
+            return method(self.local, *args)
         ray = self._ray
-        refs = [ray.put(a) if isinstance(a, dict) else a for a in args]  # one copy in the object store
-        return ray.get([w.call.remote(method, *refs, **kwargs) for w in self.actors])[0]
+        # batches, demonstrations and weights: one copy in the object store for all ranks
+        refs = [ray.put(a) if isinstance(a, dict | Batch | Demos) else a for a in args]
+        return ray.get([w.call.remote(method, *refs) for w in self.actors])[0]
+
+    # -- what the learners do (each on every rank; rank 0's result) --------------------------------
+    def update_rl(self, batch: Batch, demos: Demos | None = None) -> dict[str, float]:
+        """PPO epochs on the gathered fragments (``Learner.update_rl``): the diagnostics."""
+        return self._call(Learner.update_rl, batch, demos)
+
+    def update_il(self, demos: Demos, steps: int) -> dict[str, float]:
+        """``steps`` imitation minibatches (``Learner.update_il``): the diagnostics."""
+        return self._call(Learner.update_il, demos, steps)
+
+    def merge_obs_stats(self, demos: Demos) -> None:
+        self._call(Learner.merge_obs_stats, demos)
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        """The policy's weights and normalisation buffers, on CPU."""
+        return self._call(Learner.weights)
+
+    def state(self) -> dict[str, Any]:
+        """Everything a checkpoint keeps of the learner (``Learner.state``)."""
+        return self._call(Learner.state)
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        self._call(Learner.load_state, state)
+
+    def set_settings(self, settings: LearnerSettings, stage: str | None = None) -> None:
+        self._call(Learner.set_settings, settings, stage)
 
     def shutdown(self) -> None:
         for a in self.actors:

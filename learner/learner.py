@@ -20,8 +20,11 @@ from typing import Any
 
 import torch
 
+from envs.demos import Demonstrations
+from learner.config import ILConfig, PPOConfig
 from learner.losses import directional_aux_loss, il_loss, normalize_advantages, ppo_loss
 from policy.network import ActorCritic
+from rollout.fragment import Batch
 from rollout.gae import gae
 
 log = logging.getLogger(__name__)
@@ -29,47 +32,90 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class LearnerSettings:
-    """What a learner needs from the training config (plain data: it travels to Ray actors).
+    """What a learner needs from the training config (plain data: it travels to Ray actors): the run's
+    ``ppo`` and ``il`` sections as they are (the one place their settings have defaults), plus the stage's
+    learning rate, the length of its schedule in optimizer steps, the seed and the device.
+    ``learner.train.learner_settings`` builds it."""
 
-    No defaults here: ``learner.train.learner_settings`` builds it from ``TrainConfig`` (``ppo``, ``il``,
-    ``seed``), the one place the PPO and IL settings have theirs, plus the stage's learning rate and
-    schedule length.
-    """
-
-    lr: float
-    lr_final_fraction: float  # linear decay to lr * this over total_updates
+    ppo: PPOConfig
+    il: ILConfig
+    lr: float  # this stage's learning rate (ppo.lr or il.lr)
     total_updates: int  # optimizer-step horizon of the LR schedule
-    adam_eps: float
-    gamma: float
-    lam: float
-    clip_lateral: float
-    clip_longitudinal: float
-    value_clip: float | None
-    ent_coef: float
-    vf_coef: float
-    max_grad_norm: float
-    epochs: int
-    minibatches: int
-    aux_weights: tuple[float, ...]  # learner.losses.AUX_NAMES order
-    il_batch_size: int
-    il_focal_gamma: float
-    il_weight: float  # > 0: add il_weight * IL loss to every PPO minibatch (the weighted-sum mode)
-    max_consecutive_skips: int  # non-finite losses in a row before the learner gives up
     seed: int
     device: str
+
+    @property
+    def il_weight(self) -> float:
+        """> 0: il_weight * IL loss is added to every PPO minibatch (the weighted-sum mode)."""
+        return self.il.weight if self.il.mode == "weighted" else 0.0
+
+    @property
+    def aux_weights(self) -> tuple[float, ...]:
+        """The directional loss weights in ``learner.losses.AUX_NAMES`` order."""
+        p = self.ppo
+        return (p.aux_front, p.aux_rear, p.aux_left, p.aux_right, p.aux_progress)
+
+
+@dataclass
+class Demos:
+    """Imitation data on the learner's side, as torch tensors: N states with the expert's bins.
+
+    Built from ``envs.demos.Demonstrations`` (the expert's own states) by :meth:`of`; labels of other
+    states (a teacher's, on the states a policy visited) join with :meth:`concat`.
+    """
+
+    obs: dict[str, torch.Tensor]  # per observation part [N, ...]
+    labels: torch.Tensor  # [N, 2] int64 (lateral index, longitudinal index)
+
+    def __len__(self) -> int:
+        return int(self.labels.shape[0])
+
+    @staticmethod
+    def of(d: Demonstrations) -> Demos:
+        return Demos({k: torch.from_numpy(v) for k, v in d.obs.items()}, torch.from_numpy(d.labels).long())
+
+    def concat(self, other: Demos) -> Demos:
+        if set(other.obs) != set(self.obs):
+            raise ValueError(f"Demos.concat: observation parts differ: {sorted(self.obs)} vs {sorted(other.obs)}")
+        obs = {k: torch.cat([self.obs[k], other.obs[k]]) for k in self.obs}
+        return Demos(obs, torch.cat([self.labels, other.labels]))
+
+    def take(self, idx: torch.Tensor) -> Demos:
+        return Demos({k: v[idx] for k, v in self.obs.items()}, self.labels[idx])
+
+
+@dataclass
+class Minibatch:
+    """N flattened steps of a :class:`rollout.fragment.Batch` with their advantages, for one PPO step."""
+
+    obs: dict[str, torch.Tensor]  # per part [N, ...]
+    actions: torch.Tensor  # [N, 2] int64
+    logp: torch.Tensor  # [N, 2] old log-probabilities per action dimension
+    values: torch.Tensor  # [N, 2] old values per reward part
+    adv: torch.Tensor  # [N, 2] advantages per reward part (normalised when they reach the loss)
+    returns: torch.Tensor  # [N, 2] GAE returns per reward part
+    aux_flags: torch.Tensor  # [N, 5] bool
+
+    def take(self, idx: torch.Tensor) -> Minibatch:
+        return Minibatch(
+            {k: v[idx] for k, v in self.obs.items()}, self.actions[idx], self.logp[idx], self.values[idx],
+            self.adv[idx], self.returns[idx], self.aux_flags[idx],
+        )  # fmt: skip
+
+    def to(self, device: torch.device) -> Minibatch:
+        return Minibatch(
+            {k: v.to(device) for k, v in self.obs.items()}, self.actions.to(device), self.logp.to(device),
+            self.values.to(device), self.adv.to(device), self.returns.to(device), self.aux_flags.to(device),
+        )  # fmt: skip
 
 
 class NonFiniteLoss(RuntimeError):
     """Losses kept coming out NaN/Inf: training stops, the last good checkpoint stays as it is."""
 
 
-def _flatten(batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """[T, B, ...] -> [T * B, ...] for every entry."""
-    return {k: v.reshape(-1, *v.shape[2:]) for k, v in batch.items()}
-
-
-def _obs(batch: Mapping[str, torch.Tensor], idx: torch.Tensor | slice) -> dict[str, torch.Tensor]:
-    return {k[4:]: v[idx] for k, v in batch.items() if k.startswith("obs.")}
+def _flat(x: torch.Tensor) -> torch.Tensor:
+    """[T, B, ...] -> [T * B, ...]."""
+    return x.reshape(-1, *x.shape[2:])
 
 
 class Learner:
@@ -80,7 +126,7 @@ class Learner:
         self.rank, self.world_size = rank, world_size
         self.device = torch.device(settings.device)
         self.policy = policy.to(self.device)
-        self.opt = torch.optim.Adam(self.policy.parameters(), lr=settings.lr, eps=settings.adam_eps)
+        self.opt = torch.optim.Adam(self.policy.parameters(), lr=settings.lr, eps=settings.ppo.adam_eps)
         self.updates = 0  # optimizer steps taken
         self.stage: str | None = None  # the LR schedule restarts when the stage changes
         self.schedule_start = 0  # updates count where the current schedule began
@@ -91,7 +137,7 @@ class Learner:
     # -- schedule and state ------------------------------------------------------------------------
     def lr_now(self) -> float:
         frac = min(1.0, (self.updates - self.schedule_start) / max(1, self.s.total_updates))
-        return self.s.lr * (1.0 - frac * (1.0 - self.s.lr_final_fraction))
+        return self.s.lr * (1.0 - frac * (1.0 - self.s.ppo.lr_final_fraction))
 
     def set_settings(self, settings: LearnerSettings, stage: str | None = None) -> None:
         """New hyperparameters (a stage change: IL pre-training -> PPO+IL); a new stage restarts the LR
@@ -164,7 +210,7 @@ class Learner:
             self.skipped += 1
             self.consecutive_skips += 1
             log.warning("non-finite loss: step skipped (%d in a row, %d in all)", self.consecutive_skips, self.skipped)
-            if self.consecutive_skips >= self.s.max_consecutive_skips:
+            if self.consecutive_skips >= self.s.ppo.max_consecutive_skips:
                 raise NonFiniteLoss(
                     f"{self.consecutive_skips} non-finite losses in a row ({self.skipped} in all): stopping; "
                     "the last committed checkpoint is intact"
@@ -176,7 +222,7 @@ class Learner:
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         self._average_grads()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.s.max_grad_norm)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.s.ppo.max_grad_norm)
         if not torch.isfinite(grad_norm):
             self.opt.zero_grad(set_to_none=True)
             self.skipped += 1
@@ -186,79 +232,80 @@ class Learner:
         return True
 
     # -- the loss (one minibatch) --------------------------------------------------------------------
-    def loss_fn(
-        self, mb: Mapping[str, torch.Tensor], demo: Mapping[str, torch.Tensor] | None
-    ) -> dict[str, torch.Tensor]:
+    def loss_fn(self, mb: Minibatch, demo: Demos | None) -> dict[str, torch.Tensor]:
         """PPO (+ directional aux, + weighted IL) on one minibatch shard. Advantages arrive normalised."""
-        s = self.s
-        out = self.policy.evaluate_actions(_obs(mb, slice(None)), mb["actions"])
+        p = self.s.ppo
+        out = self.policy.evaluate_actions(mb.obs, mb.actions)
         terms = ppo_loss(
             out.log_prob,
-            mb["logp"],
-            mb["adv"],
-            (s.clip_lateral, s.clip_longitudinal),
+            mb.logp,
+            mb.adv,
+            clip=(p.clip_lateral, p.clip_longitudinal),
             new_values=out.values,
-            returns=mb["returns"],
-            old_values=mb["values"],
-            value_clip=s.value_clip,
+            returns=mb.returns,
+            old_values=mb.values,
+            value_clip=p.value_clip,
             entropy=out.entropy,
-            ent_coef=s.ent_coef,
-            vf_coef=s.vf_coef,
+            ent_coef=p.ent_coef,
+            vf_coef=p.vf_coef,
             norm_adv=False,
         )
         loss = terms["loss"]
-        if any(w != 0.0 for w in s.aux_weights):
+        weights = self.s.aux_weights
+        if any(w != 0.0 for w in weights):
             aux = directional_aux_loss(
-                out.logits_long, out.logits_lat, mb["actions"], mb["adv"], mb["aux_flags"], s.aux_weights
+                out.logits_long, out.logits_lat, mb.actions, mb.adv, mb.aux_flags, weights=weights
             )
             loss = loss + aux.pop("loss")
             terms.update(aux)
-        if demo is not None and s.il_weight > 0.0:
+        if demo is not None and self.s.il_weight > 0.0:
             il = self._il_terms(demo)
-            loss = loss + s.il_weight * il.pop("loss")
+            loss = loss + self.s.il_weight * il.pop("loss")
             terms.update(il)
         terms["loss"] = loss
         return terms
 
-    def _il_terms(self, demo: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        labels = demo["labels"]
-        logits_long, logits_lat = self.policy.logits(_obs(demo, slice(None)), long_idx=labels[:, 1])
-        return il_loss(logits_long, logits_lat, labels[:, 0], labels[:, 1], self.s.il_focal_gamma)
+    def _il_terms(self, demo: Demos) -> dict[str, torch.Tensor]:
+        labels = demo.labels
+        logits_long, logits_lat = self.policy.logits(demo.obs, long_idx=labels[:, 1])
+        return il_loss(logits_long, logits_lat, labels[:, 0], labels[:, 1], focal_gamma=self.s.il.focal_gamma)
 
     # -- updates -----------------------------------------------------------------------------------
-    def advantages(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    def advantages(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         """GAE per reward part over a [T, B] batch (bootstrapped on truncation)."""
         return gae(
-            batch["rewards"].float(),
-            batch["values"].float(),
-            batch["next_values"].float(),
-            batch["terminated"].bool(),
-            batch["truncated"].bool(),
-            self.s.gamma,
-            self.s.lam,
+            batch.rewards.float(),
+            batch.values.float(),
+            batch.next_values.float(),
+            batch.terminated.bool(),
+            batch.truncated.bool(),
+            gamma=self.s.ppo.gamma,
+            lam=self.s.ppo.lam,
         )
 
-    def update_rl(self, batch: Mapping[str, torch.Tensor], demos: Mapping[str, torch.Tensor] | None = None) -> dict:
+    def update_rl(self, batch: Batch, demos: Demos | None = None) -> dict:
         """PPO epochs over a [T, B] batch (the gathered fragments). Returns mean diagnostics."""
-        s = self.s
+        p = self.s.ppo
         self.policy.train()
         adv, ret = self.advantages(batch)
-        flat = _flatten({**batch, "adv": adv, "returns": ret})
-        flat = {k: v.to(self.device) for k, v in flat.items()}
-        N = flat["actions"].shape[0]
-        mb_size = max(self.world_size, math.ceil(N / s.minibatches))
+        flat = Minibatch(
+            {k: _flat(v) for k, v in batch.obs.items()}, _flat(batch.actions), _flat(batch.logp),
+            _flat(batch.values).float(), _flat(adv), _flat(ret), _flat(batch.aux_flags),
+        ).to(self.device)  # fmt: skip
+        N = flat.actions.shape[0]
+        mb_size = max(self.world_size, math.ceil(N / p.minibatches))
         sums: dict[str, float] = {}
         count = 0
-        for _ in range(s.epochs):
+        for _ in range(p.epochs):
             perm = torch.randperm(N, generator=self.gen)
             for start in range(0, N, mb_size):
                 idx = perm[start : start + mb_size]
                 # normalise over the whole minibatch, then take this rank's slice
-                adv_n = normalize_advantages(flat["adv"][idx])
+                adv_n = normalize_advantages(flat.adv[idx])
                 mine = self._shard(torch.arange(len(idx)))
-                mb = {k: v[idx][mine] for k, v in flat.items()}
-                mb["adv"] = adv_n[mine]
-                demo = self._demo_batch(demos) if (demos is not None and s.il_weight > 0) else None
+                mb = flat.take(idx[mine])
+                mb.adv = adv_n[mine]
+                demo = self._demo_batch(demos) if (demos is not None and self.s.il_weight > 0) else None
                 terms = self.loss_fn(mb, demo)
                 # a rank's mean is over its slice: weight it by the slice's share, so the averaged
                 # gradient is the whole minibatch's even when the slices differ in size
@@ -274,32 +321,31 @@ class Learner:
         # (ratio != 1 for unchanged weights, clipping on the normaliser's move rather than the policy's).
         # The merged statistics go to the actors with the next weights, so each iteration is scored and
         # updated under one normaliser.
-        self.policy.update_obs_stats({k[4:]: v for k, v in batch.items() if k.startswith("obs.")})
+        self.policy.update_obs_stats(batch.obs)
         out = {k: v / max(count, 1) for k, v in sums.items()}
         with torch.no_grad():
-            y, yhat = ret.reshape(-1, 2), batch["values"].float().reshape(-1, 2)
+            y, yhat = ret.reshape(-1, 2), batch.values.float().reshape(-1, 2)
             var = y.var(dim=0)
             ev = 1.0 - (y - yhat).var(dim=0) / var.clamp_min(1e-8)
             out["losses/explained_variance"] = float(torch.where(var > 1e-8, ev, torch.zeros_like(ev)).mean())
         out.update(self._counters())
         return out
 
-    def _demo_batch(self, demos: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        n = demos["labels"].shape[0]
-        idx = torch.randint(0, n, (self.s.il_batch_size,), generator=self.gen)
-        idx = self._shard(idx)
-        return {k: v[idx].to(self.device) for k, v in demos.items()}
+    def _demo_batch(self, demos: Demos) -> Demos:
+        idx = torch.randint(0, len(demos), (self.s.il.batch_size,), generator=self.gen)
+        d = demos.take(self._shard(idx))
+        return Demos({k: v.to(self.device) for k, v in d.obs.items()}, d.labels.to(self.device))
 
-    def merge_obs_stats(self, batch: Mapping[str, torch.Tensor]) -> None:
-        """Merge a batch's observations (``obs.<part>`` entries) into the policy's running statistics.
+    def merge_obs_stats(self, demos: Demos) -> None:
+        """Merge the demonstrations' observations into the policy's running statistics.
 
         The training driver calls it once with the demonstrations, before the first IL iteration;
         ``update_il`` leaves the statistics alone, so the same frames are not merged again every IL
         round (they would outweigh the rollouts more with each round).
         """
-        self.policy.update_obs_stats({k[4:]: v for k, v in batch.items() if k.startswith("obs.")})
+        self.policy.update_obs_stats(demos.obs)
 
-    def update_il(self, demos: Mapping[str, torch.Tensor], steps: int) -> dict:
+    def update_il(self, demos: Demos, steps: int) -> dict:
         """``steps`` imitation minibatches (cross-entropy on the expert's bins) from the demonstrations.
         The observation statistics are not touched (see ``merge_obs_stats``)."""
         self.policy.train()

@@ -17,7 +17,7 @@ import torch
 
 # Same large negative finite value as the network's masked logits: no -inf, so no NaN in 0 * -inf.
 _NEG = -1e9
-AUX_NAMES = ("dc_front", "dc_rear", "dev_left", "dev_right", "progress")  # rollout.fragment.AUX_FLAGS order
+AUX_NAMES = ("dc_front", "dc_rear", "dev_left", "dev_right", "progress")  # rollout.infos.AUX_FLAGS order
 
 
 def normalize_advantages(adv: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
@@ -48,16 +48,16 @@ def ppo_loss(
     new_logp: torch.Tensor,
     old_logp: torch.Tensor,
     adv: torch.Tensor,
-    clip: float | Sequence[float] = (0.1, 0.2),
     *,
+    clip: float | Sequence[float],
     new_values: torch.Tensor,
     returns: torch.Tensor,
-    old_values: torch.Tensor | None = None,
-    value_clip: float | None = None,
-    entropy: torch.Tensor | None = None,
-    ent_coef: float | Sequence[float] = 0.01,
-    vf_coef: float = 0.5,
-    norm_adv: bool = True,
+    old_values: torch.Tensor | None,
+    value_clip: float | None,
+    entropy: torch.Tensor | None,
+    ent_coef: float | Sequence[float],
+    vf_coef: float,
+    norm_adv: bool,
 ) -> dict[str, torch.Tensor]:
     """PPO clipped surrogate per action dimension + per-part value loss + entropy bonus.
 
@@ -66,7 +66,8 @@ def ppo_loss(
     clip: (lateral, longitudinal) clip ranges (RAD: 0.1, 0.2), or one float for both.
     new_values, returns: [N, 2] value predictions and GAE returns per part; old_values: [N, 2], needed when
     value_clip is set (CleanRL's clipped value loss, clip range value_clip).
-    entropy: [N, 2] per-dimension entropies; ent_coef: one float or a (lateral, longitudinal) pair.
+    entropy: [N, 2] per-dimension entropies (None: no bonus); ent_coef: one float or a (lateral, longitudinal)
+    pair. Every setting is keyword-only and has no default here: the caller passes the run's ``PPOConfig``.
 
     For each dimension d (0 lateral, 1 longitudinal) with clip eps_d:
         ratio_d = exp(new_logp_d - old_logp_d)
@@ -150,7 +151,8 @@ def il_loss(
     logits_lat_given_expert_long: torch.Tensor,
     expert_lat: torch.Tensor,
     expert_long: torch.Tensor,
-    focal_gamma: float = 0.0,
+    *,
+    focal_gamma: float,
 ) -> dict[str, torch.Tensor]:
     """Imitation loss on the expert's bins (RAD's IL regularisation), with teacher forcing.
 
@@ -205,7 +207,8 @@ def directional_aux_loss(
     actions: torch.Tensor,
     adv: torch.Tensor,
     aux_flags: torch.Tensor,
-    weights: Sequence[float] | Mapping[str, float] = (0.0, 0.0, 0.0, 0.0, 0.0),
+    *,
+    weights: Sequence[float] | Mapping[str, float],
 ) -> dict[str, torch.Tensor]:
     """RAD's four directional auxiliary losses, and one for progress: before an event, push probability
     mass the corrective way.
@@ -215,7 +218,7 @@ def directional_aux_loss(
     adv: [N, 2] advantages (lateral part, longitudinal part). aux_flags: [N, 5] bool, the steps the rollout marks
     as leading to an event (every step of the episode before its terminal one, ``rollout.worker``): (dynamic
     collision at the front, dynamic collision at the rear, deviation to the left, deviation to the right, fell
-    behind the logged expert). weights: the five loss weights (default 0: off), a sequence in that order or a
+    behind the logged expert). weights: the five loss weights (0: off), a sequence in that order or a
     mapping with keys AUX_NAMES. Lateral bins grow to the left (ego y), so "to the right" is lower indices.
 
     With a_lat, a_long the taken bins, p the policy's probabilities and w = max(-A, 0) (detached: only steps

@@ -44,15 +44,17 @@ import numpy as np
 import torch
 
 from envs.demos import expert_demonstrations
+from envs.suite import resolve_scenarios
+from envs.vector import VectorDrivingEnv
 from evaluation.metrics import rad_metrics
-from evaluation.rollouts import evaluate
 from learner import checkpoint as ckpt_io
 from learner.config import TrainConfig
 from learner.group import LearnerGroup
-from learner.learner import LearnerSettings, NonFiniteLoss
+from learner.learner import Demos, LearnerSettings, NonFiniteLoss
 from learner.perception import lease_owner, metrics_table, perception_run_name, run_stage, with_encoder
-from learner.tracking import Tracker
-from rollout.cluster import actor_render_report, connect
+from learner.tracking import Tracker, closing_lines, run_folder
+from rollout.cluster import connect
+from rollout.episodes import run_episodes
 from rollout.fragment import stack_time
 from rollout.group import ActorResources, RolloutGroup
 from rollout.worker import WorkerSpec, build_env, build_policy, to_torch
@@ -99,28 +101,12 @@ def default_run_name() -> str:
 
 def learner_settings(cfg: TrainConfig, total_updates: int, lr: float) -> LearnerSettings:
     """The learner's settings for a stage (learning rate ``lr``, schedule over ``total_updates``
-    optimizer steps): the one place LearnerSettings is built, from ``cfg.ppo`` and ``cfg.il``."""
-    p, il = cfg.ppo, cfg.il
+    optimizer steps): the run's ``ppo`` and ``il`` sections as they are, with the stage's rate and horizon."""
     return LearnerSettings(
+        ppo=cfg.ppo,
+        il=cfg.il,
         lr=lr,
-        lr_final_fraction=p.lr_final_fraction,
         total_updates=max(1, total_updates),
-        adam_eps=p.adam_eps,
-        gamma=p.gamma,
-        lam=p.lam,
-        clip_lateral=p.clip_lateral,
-        clip_longitudinal=p.clip_longitudinal,
-        value_clip=p.value_clip,
-        ent_coef=p.ent_coef,
-        vf_coef=p.vf_coef,
-        max_grad_norm=p.max_grad_norm,
-        epochs=p.epochs,
-        minibatches=p.minibatches,
-        aux_weights=(p.aux_front, p.aux_rear, p.aux_left, p.aux_right, p.aux_progress),
-        il_batch_size=il.batch_size,
-        il_focal_gamma=il.focal_gamma,
-        il_weight=il.weight if il.mode == "weighted" else 0.0,
-        max_consecutive_skips=p.max_consecutive_skips,
         seed=cfg.seed,
         device="cuda" if cfg.gpus_per_learner > 0 else "cpu",
     )
@@ -132,7 +118,8 @@ class Trainer:
     def __init__(self, cfg: TrainConfig):
         self.cfg = cfg
         self.name = cfg.run or default_run_name()
-        self.folder = Path(cfg.tracking.out) / self.name
+        # tracking files: <store>/<run>/tracking/ through a local working copy, or <tracking.out>/<run>/
+        self.folder, self.tracking = run_folder(cfg.tracking.out, cfg.store.uri, self.name)
         self.config_dict = to_dict(dataclasses.replace(cfg, run=self.name))
         # None until build() / open_store(); close() shuts down what there is
         self.group: RolloutGroup | None = None  # only with stage rl
@@ -146,6 +133,7 @@ class Trainer:
         self.scenario_failures = 0  # failure reports from rollouts (a failed episode, or a reset that charged some)
         self.side_leases: list = []  # leases beside the run's, kept fresh by the same heartbeat (perception run)
         self.perception: dict | None = None  # stage perception's metrics, this call or read back from its run
+        self._eval_env: VectorDrivingEnv | None = None  # the periodic evaluation's envs, built once
 
     @property
     def learner_group(self) -> LearnerGroup:
@@ -217,8 +205,7 @@ class Trainer:
             self.group = RolloutGroup(
                 spec, r.num_actors, ActorResources(r.cpus_per_actor, r.gpus_per_actor, r.max_restarts, r.resources)
             )
-            obs_space, action_spec = self.group.call("observation_space")[0], self.group.call("action_spec")[0]
-            rig = self.group.call("rig")[0]
+            obs_space, action_spec, rig = self.group.observation_space(), self.group.action_spec(), self.group.rig()
         else:
             env = build_env(spec, num_envs=1)
             obs_space, action_spec = env.single_observation_space, env.action_spec
@@ -275,10 +262,8 @@ class Trainer:
         render: dict = dict(requested=requested, cameras=self.cfg.env.cameras)
         if render["cameras"]:
             render["driver"] = backend_report(requested)
-            if self.group is not None and self.group.local is not None:
-                render["rollout_actors"] = [dict(render["driver"], in_driver=True)]
-            elif self.group is not None:  # asked inside each actor: its own CUDA, its own gsplat
-                render["rollout_actors"] = self.group.call("__ray_call__", actor_render_report, requested)
+            if self.group is not None:  # asked inside each actor: its own CUDA, its own gsplat
+                render["rollout_actors"] = self.group.render_reports(requested)
         self.tracker.provenance("render", render)
         self.tracker.provenance("learners", self.learner_group.describe())
         reports = [render["driver"], *render.get("rollout_actors", [])] if render["cameras"] else []
@@ -300,7 +285,7 @@ class Trainer:
         """Commit a checkpoint in the background. ``snapshot_run``: also commit it, now, as the newest
         version of that run in the same store (the IL policy is kept as ``<run>-il`` so that it
         survives retention and can be evaluated beside the final one)."""
-        lstate = self.learner_group.call("state")
+        lstate = self.learner_group.state()
         files = ckpt_io.encode(
             lstate,
             state,
@@ -339,7 +324,7 @@ class Trainer:
         if latest is not None:
             lstate, state, rng, saved = ckpt_io.decode(latest.files)
             self._compare_config(saved, latest.version)
-            self.learner_group.call("load_state", lstate)
+            self.learner_group.load_state(lstate)
             self._set_stage_settings(state)
             ckpt_io.restore_rng(rng)
             if state.stage == "done" and "rl" in cfg.stages and state.iteration < cfg.iterations:
@@ -354,7 +339,7 @@ class Trainer:
         state = ckpt_io.TrainState(stage=cfg.stages[0])
         if cfg.stages == ("rl",):
             weights = self._init_weights()
-            self.learner_group.call("load_state", {"policy": weights})
+            self.learner_group.load_state({"policy": weights})
         random.seed(cfg.seed)
         np.random.seed(cfg.seed)  # noqa: NPY002 (the global RNG, for third-party code)
         torch.manual_seed(cfg.seed)
@@ -403,25 +388,27 @@ class Trainer:
             s = learner_settings(cfg, cfg.il.pretrain_iterations * cfg.il.steps_per_iteration, cfg.il.lr)
         else:
             s = learner_settings(cfg, self._rl_updates_total(), cfg.ppo.lr)
-        self.learner_group.call("set_settings", s, state.stage)
+        self.learner_group.set_settings(s, state.stage)
 
     # -- demonstrations and evaluation -------------------------------------------------------------
-    def demos(self) -> dict[str, torch.Tensor]:
+    def demos(self) -> Demos:
         t0 = time.perf_counter()
         d = expert_demonstrations(self.cfg.suite, to_dict(self.cfg.env))
         self.tracker.progress(
-            f"demonstrations: {len(d['labels']):,} expert frames from {d['num_scenarios']} scenarios "
+            f"demonstrations: {len(d):,} expert frames from {d.num_scenarios} scenarios "
             f"({time.perf_counter() - t0:.1f} s)"
         )
-        for sid, err in (d.get("skipped") or {}).items():
+        for sid, err in d.skipped.items():
             self.demos_skipped[sid] = err
             log.error("demonstrations: left out broken scenario %r: %s", sid, err)
             self.tracker.progress(f"demonstrations: left out broken scenario {sid!r}")
-        return {k: torch.from_numpy(v) for k, v in d.items() if isinstance(v, np.ndarray)}
+        return Demos.of(d)
 
     def evaluate(self, state: ckpt_io.TrainState, label: str) -> dict:
+        """The current policy, deterministic, over every clip of ``eval.suite`` (in this process, by the
+        rollout runner); the metrics are logged, kept in ``state`` and returned."""
         policy = self.make_policy()
-        policy.load_state_dict(self.learner_group.call("weights"))
+        policy.load_state_dict(self.learner_group.weights())
         policy.eval()
 
         @torch.no_grad()
@@ -429,7 +416,12 @@ class Trainer:
             return policy.act(to_torch(obs), deterministic=True).action.numpy()
 
         t0 = time.perf_counter()
-        records = evaluate(act, [self.cfg.eval.suite], to_dict(self.cfg.env), self.cfg.eval.num_envs)
+        if self._eval_env is None:
+            scen = resolve_scenarios(self.cfg.eval.suite)
+            n = max(1, min(self.cfg.eval.num_envs, len(scen)))
+            self._eval_env = VectorDrivingEnv(scen, n, to_dict(self.cfg.env), autoreset=False)
+        venv = self._eval_env
+        records = run_episodes(act, venv, venv.pool.ids)
         m = rad_metrics(records)
         m["seconds"] = time.perf_counter() - t0
         row = dict(label=label, stage=state.stage, iteration=state.iteration, env_steps=state.env_steps, **m)
@@ -463,7 +455,7 @@ class Trainer:
             self.side_leases.remove(lease)
             lease.release()
         learners = self.learner_group
-        learners.call("load_state", {"policy": with_encoder(learners.call("weights"), result.encoder)})
+        learners.load_state({"policy": with_encoder(learners.weights(), result.encoder)})
         self.perception = dict(
             metrics=result.metrics,
             epochs=result.epochs,
@@ -485,10 +477,10 @@ class Trainer:
         n_it = cfg.il.pretrain_iterations
         if state.il_iteration == 0:
             # once per run: a resumed run's checkpoint holds the statistics with the demonstrations in
-            self.learner_group.call("merge_obs_stats", demos)
+            self.learner_group.merge_obs_stats(demos)
         while state.il_iteration < n_it:
             t0 = time.perf_counter()
-            m = self.learner_group.call("update_il", demos, cfg.il.steps_per_iteration)
+            m = self.learner_group.update_il(demos, cfg.il.steps_per_iteration)
             state.il_iteration += 1
             state.version += 1
             state.il_steps += cfg.il.steps_per_iteration * cfg.il.batch_size
@@ -519,7 +511,7 @@ class Trainer:
         while state.iteration < cfg.iterations:
             if self._is_il_round(state) and demos is not None:
                 t0 = time.perf_counter()
-                m = self.learner_group.call("update_il", demos, cfg.il.steps_per_iteration)
+                m = self.learner_group.update_il(demos, cfg.il.steps_per_iteration)
                 state.rounds += 1
                 state.version += 1
                 state.il_steps += cfg.il.steps_per_iteration * cfg.il.batch_size
@@ -527,13 +519,13 @@ class Trainer:
                 self.tracker.log(state.env_steps + state.il_steps, m)
                 continue
             t0 = time.perf_counter()
-            self.rollout_group.set_weights(state.version, self.learner_group.call("weights"))
+            self.rollout_group.set_weights(state.version, self.learner_group.weights())
             frags = self.rollout_group.sample(T, timeout_s=cfg.rollout.timeout_s)
             t_roll = time.perf_counter() - t0
             batch = stack_time(frags)
             steps = sum(f.env_steps for f in frags)
             t1 = time.perf_counter()
-            m = self.learner_group.call("update_rl", batch, demos if cfg.il.mode == "weighted" else None)
+            m = self.learner_group.update_rl(batch, demos if cfg.il.mode == "weighted" else None)
             t_learn = time.perf_counter() - t1
             state.iteration += 1
             state.rounds += 1
@@ -619,8 +611,11 @@ class Trainer:
         self.open_store()
         try:
             t = cfg.tracking
-            self.tracker = Tracker(self.folder, self.config_dict, cfg.seed, t.tensorboard, t.mlflow)
-            self.tracker.progress(f"run {self.name}: logs in {self.folder}, checkpoints in {self.rs.uri}")
+            self.tracker = Tracker(
+                self.folder, self.config_dict, cfg.seed, t.tensorboard, t.mlflow, store=self.tracking, sync_s=t.sync_s,
+                name=self.name,
+            )  # fmt: skip
+            self.tracker.progress(f"run {self.name}: tracking in {self.tracker.where}, checkpoints in {self.rs.uri}")
             self.build()
             self.record_provenance()
             state = self.restore()
@@ -660,6 +655,7 @@ class Trainer:
             run=self.name,
             store=self.rs.uri,
             folder=str(self.folder),
+            tracking=self.tracker.where,
             il=state.il_eval,
             final=state.last_eval,
             scenario_failures=self.scenario_failures,
@@ -667,11 +663,11 @@ class Trainer:
             demonstrations_skipped=self.demos_skipped,
             perception=self.perception,
         )
-        (self.folder / "summary.json").write_text(json.dumps(s, indent=2, default=float))
+        self.tracker.write("summary.json", json.dumps(s, indent=2, default=float))
         if self.quarantined or self.demos_skipped:
             self.tracker.progress(
                 f"broken scenarios: quarantined {sorted(self.quarantined) or 'none'}, left out of the "
-                f"demonstrations {sorted(self.demos_skipped) or 'none'} (errors in {self.folder / 'summary.json'})"
+                f"demonstrations {sorted(self.demos_skipped) or 'none'} (errors in {self.tracker.where}/summary.json)"
             )
         if state.il_eval and state.last_eval and "rl" in self.cfg.stages:
             a, b = state.il_eval, state.last_eval
@@ -679,16 +675,10 @@ class Trainer:
                 f"val collision rate: IL {a['CR']:.3f} -> RL+IL {b['CR']:.3f}; deviation rate {a['DR']:.3f} -> "
                 f"{b['DR']:.3f}"
             )
-        self.tracker.progress(
-            f"done. TensorBoard: tensorboard --logdir {self.folder}; metrics: {self.folder / 'metrics.jsonl'}; "
-            f"checkpoints: {self.rs.uri}"
-        )
-        if state.il_eval and "il" in self.cfg.stages and "rl" in self.cfg.stages:
-            store = self.cfg.store.uri.rstrip("/")
-            self.tracker.progress(
-                f"compare IL and RL+IL: python -m evaluation --compare {store}/{il_snapshot_name(self.name)} "
-                f"{store}/{self.name} --suite {self.cfg.eval.suite} --out {self.folder / 'compare'}"
-            )
+        compare = state.il_eval and "il" in self.cfg.stages and "rl" in self.cfg.stages
+        suite = (il_snapshot_name(self.name), self.cfg.eval.suite) if compare else None
+        for line in closing_lines(self.tracker, self.cfg.store.uri, self.name, self.rs.uri, suite):
+            self.tracker.progress(line)
 
     def close(self) -> None:
         errors = []
@@ -732,7 +722,7 @@ def main(argv=None) -> int:
         flags=[
             ("--run", "run", "run name (rerun to resume)"),
             ("--store", "store", "checkpoint store URI (store.uri)"),
-            ("--out", "tracking.out", "local folder for the run folders (tracking.out)"),
+            ("--out", "tracking.out", "local folder for the run folders (tracking.out; default: in the store)"),
         ],
     )
     try:

@@ -12,11 +12,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-# Directional auxiliary flags (RAD): front collision -> brake, rear collision -> speed up,
-# drifted left -> steer right, drifted right -> steer left; and (not RAD's) fell behind the logged
-# expert (progress_deviation) -> speed up. Set on the steps of an episode that led to its event.
-AUX_FLAGS = ("collision_front", "collision_rear", "deviation_left", "deviation_right", "progress_behind")
-
 
 @dataclass
 class Fragment:
@@ -30,7 +25,7 @@ class Fragment:
     rewards: np.ndarray  # [T, B, 2] float32 per reward part
     terminated: np.ndarray  # [T, B] bool
     truncated: np.ndarray  # [T, B] bool
-    aux_flags: np.ndarray  # [T, B, 5] bool, see AUX_FLAGS and rollout.worker.aux_flags
+    aux_flags: np.ndarray  # [T, B, 5] bool, see AUX_FLAGS and rollout.infos.aux_flags
     policy_version: int
     worker_id: int = 0
     episodes: list[dict] = field(default_factory=list)  # finished episodes: returns, length, event...
@@ -38,6 +33,7 @@ class Fragment:
     quarantined: list[str] = field(default_factory=list)  # scenario ids this worker no longer samples
     seconds: float = 0.0  # wall time spent collecting
     render_seconds: float = 0.0
+    extras: dict[str, np.ndarray] = field(default_factory=dict)  # per name [T, B, ...]: values at each state
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -49,19 +45,55 @@ class Fragment:
         return T * B
 
 
-def stack_time(fragments: list[Fragment]) -> dict[str, torch.Tensor]:
-    """Concatenate fragments along the env axis into torch tensors [T, sum B, ...] (same T)."""
+@dataclass
+class Batch:
+    """Fragments gathered for one update: T steps x B envs (B summed over the fragments), as torch tensors.
+
+    What the learner's PPO epochs take (``learner.learner.Learner.update_rl``); the actor slots' fragments
+    side by side in slot order, so the same rollouts give the same batch whatever order they arrived in.
+    """
+
+    obs: dict[str, torch.Tensor]  # per observation part [T, B, ...]
+    actions: torch.Tensor  # [T, B, 2] int64 (lateral, longitudinal) as applied
+    logp: torch.Tensor  # [T, B, 2] float32 under the behaviour policy
+    values: torch.Tensor  # [T, B, 2] float32 V(s_t) per reward part
+    next_values: torch.Tensor  # [T, B, 2] float32 V(s_{t+1}); V(final obs) on a truncated step
+    rewards: torch.Tensor  # [T, B, 2] float32 per reward part (lateral, longitudinal)
+    terminated: torch.Tensor  # [T, B] bool
+    truncated: torch.Tensor  # [T, B] bool
+    aux_flags: torch.Tensor  # [T, B, 5] bool (AUX_FLAGS)
+    extras: dict[str, torch.Tensor] = field(default_factory=dict)  # per name [T, B, ...]
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return int(self.actions.shape[0]), int(self.actions.shape[1])
+
+    @property
+    def env_steps(self) -> int:
+        T, B = self.shape
+        return T * B
+
+
+def stack_time(fragments: list[Fragment]) -> Batch:
+    """Concatenate fragments along the env axis into a :class:`Batch` [T, sum B, ...] (same T)."""
     if not fragments:
         raise ValueError("stack_time: no fragments")
     T = fragments[0].shape[0]
     if any(f.shape[0] != T for f in fragments):
         raise ValueError("stack_time: fragments of different lengths")
 
-    def cat(get):
-        return torch.from_numpy(np.concatenate([get(f) for f in fragments], axis=1))
+    def cat(arrays):
+        return torch.from_numpy(np.concatenate(list(arrays), axis=1))
 
-    out = {k: cat(lambda f, k=k: f.obs[k]) for k in fragments[0].obs}
-    batch = {f"obs.{k}": v for k, v in out.items()}
-    for name in ("actions", "logp", "values", "next_values", "rewards", "terminated", "truncated", "aux_flags"):
-        batch[name] = cat(lambda f, n=name: getattr(f, n))
-    return batch
+    return Batch(
+        obs={k: cat(f.obs[k] for f in fragments) for k in fragments[0].obs},
+        actions=cat(f.actions for f in fragments),
+        logp=cat(f.logp for f in fragments),
+        values=cat(f.values for f in fragments),
+        next_values=cat(f.next_values for f in fragments),
+        rewards=cat(f.rewards for f in fragments),
+        terminated=cat(f.terminated for f in fragments),
+        truncated=cat(f.truncated for f in fragments),
+        aux_flags=cat(f.aux_flags for f in fragments),
+        extras={k: cat(f.extras[k] for f in fragments) for k in fragments[0].extras},
+    )

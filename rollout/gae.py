@@ -15,6 +15,7 @@ def gae(
     next_values: torch.Tensor,
     terminated: torch.Tensor,
     truncated: torch.Tensor,
+    *,
     gamma: float,
     lam: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,33 +1,47 @@
-"""The rollout worker: a vector env and a policy copy, returning fixed-length fragments.
+"""The rollout worker: the one closed-loop runner, for training and for evaluation.
 
-A plain class, so the whole loop runs in one process (``num_rollout_actors=0``, tests, debugging);
-``rollout.group`` wraps it in Ray actors. The worker keeps its environments running across calls:
-a fragment continues where the previous one stopped, episodes cross fragment boundaries.
+A plain class, so the whole loop runs in one process (``num_actors=0``, tests, debugging);
+``rollout.group`` wraps it in Ray actors. It offers two ways of driving:
+
+- ``sample(T)``: fixed-length fragments [T, B] of its own policy copy on the training scenarios, for PPO.
+  The worker keeps these environments running across calls: a fragment continues where the previous
+  one stopped, episodes cross fragment boundaries.
+- ``episodes(actor, scenarios, ids)``: whole episodes of any :class:`rollout.episodes.Actor` (a trained
+  policy, a baseline, a teacher) over a list of scenarios, one record each (``rollout.episodes``), for
+  evaluation and filming. Its environments and act functions are kept for the next call.
+
+Both can record per-step extras (e.g. a teacher's action label for every visited state).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
+from envs.config import EnvConfig
+from envs.suite import resolve_scenarios
 from envs.vector import VectorDrivingEnv
 from policy.network import ActorCritic, PolicyConfig
-from rollout.fragment import AUX_FLAGS, Fragment
+from rollout.episodes import Actor, Extra, run_episodes
+from rollout.fragment import Fragment
+from rollout.infos import AUX_FLAGS, aux_flags, env_info
 from sim.configs import from_dict
 from sim.raster_cpu import set_num_threads as set_renderer_threads
+from sim.seeding import derive_seed
 
 
 @dataclass(frozen=True)
 class WorkerSpec:
     """Everything needed to build a worker anywhere (plain data: it travels to Ray actors)."""
 
-    scenarios: tuple[str, ...]  # scenario files, suite folders or built-in suite names
+    scenarios: tuple[str, ...] = ()  # training scenarios (files, suite folders, suite names); () : episodes only
     env_config: dict = field(default_factory=dict)  # EnvConfig overrides
     policy_config: dict = field(default_factory=dict)  # PolicyConfig overrides
     num_envs: int = 4
@@ -97,46 +111,6 @@ class EpisodeTracker:
         )
 
 
-def env_info(infos: Mapping[str, Any], i: int) -> dict:
-    """Env i's info from gymnasium's vector info dict (arrays with ``_key`` presence masks, nested dicts
-    recursively; ``final_obs`` an object array)."""
-    out = {}
-    for k, v in infos.items():
-        if k.startswith("_"):
-            continue
-        present = infos.get("_" + k)
-        if present is not None and not present[i]:
-            continue
-        out[k] = env_info(v, i) if isinstance(v, Mapping) else v[i]
-    return out
-
-
-def aux_flags(info: Mapping[str, Any]) -> np.ndarray:
-    """The corrective direction of the event that ended an episode, from its last step's info: bool
-    [5] in ``rollout.fragment.AUX_FLAGS`` order (collision_front, collision_rear, deviation_left,
-    deviation_right, progress_behind); all False when no event (or one without a direction) ended it.
-
-    dynamic_collision: the contact's place on the ego box, front (brake) or rear (speed up); a
-    contact on a side alone has neither. position_deviation: the side of the expert path the ego is
-    on (``lateral_offset``, > 0 left: steer right); heading_deviation: the side it turned to
-    (``heading_error``, > 0 left: steer right). progress_deviation: behind the expert (speed up).
-    """
-    out = np.zeros(len(AUX_FLAGS), dtype=bool)
-    event = str(info.get("event", "") or "")
-    loc = str(info.get("collision_location", "") or "")
-    if event == "dynamic_collision":
-        out[0] = loc.startswith("front")
-        out[1] = loc.startswith("rear")
-    elif event in ("position_deviation", "heading_deviation"):
-        key = "lateral_offset" if event == "position_deviation" else "heading_error"
-        side = float(info.get(key, 0.0) or 0.0)
-        out[2] = side > 0.0  # ego left of (or turned left of) the expert path: steer right
-        out[3] = side < 0.0
-    elif event == "progress_deviation":
-        out[4] = True
-    return out
-
-
 class RolloutWorker:
     """Owns a vector env and a policy copy; ``sample(T)`` returns a Fragment [T, B]."""
 
@@ -145,21 +119,27 @@ class RolloutWorker:
         torch.manual_seed(spec.seed)
         self.spec = spec
         self.worker_id = worker_id
+        self.version = -1
+        self.total_steps = 0
+        # episodes(): vector envs by (env config, scenarios) and act functions by actor label, kept for reuse
+        self._episode_envs: dict[tuple, VectorDrivingEnv] = {}
+        self._acts: dict[str, Any] = {}
+        self._scenarios: dict[tuple, list] = {}
+        self._reset_errors: list[str] = []  # failures of the first reset, reported with the first fragment
+        if not spec.scenarios:  # an episodes-only worker (evaluation): no training env, no policy
+            return
         self.env = build_env(spec)
         self.policy = build_policy(self.env.single_observation_space, self.env.action_spec, spec.policy_config)
         self.policy.eval()
-        self.version = -1
         self.B = self.env.num_envs
         self.tracker = EpisodeTracker(self.B)
-        obs, infos = self.env.reset(seed=spec.seed + 1000 * worker_id)
+        obs, infos = self.env.reset(seed=derive_seed(spec.seed, worker_id))
         self.obs = obs
-        self._reset_errors: list[str] = []  # failures of the first reset, reported with the first fragment
         for i in range(self.B):
             info = env_info(infos, i)
             self.tracker.start(i, str(info.get("scenario", "")))
             if info.get("error"):
                 self._reset_errors.append(str(info["error"]))
-        self.total_steps = 0
 
     # -- weights -----------------------------------------------------------------------------------
     def set_weights(self, version: int, state_dict: Mapping[str, torch.Tensor]) -> int:
@@ -193,7 +173,9 @@ class RolloutWorker:
         return self.policy.act(to_torch(obs), deterministic=deterministic)
 
     @torch.no_grad()
-    def sample(self, T: int, deterministic: bool = False) -> Fragment:
+    def sample(self, T: int, deterministic: bool = False, extras: Mapping[str, Extra] | None = None) -> Fragment:
+        """A fragment [T, B] of the policy on the training scenarios (module docstring); extras: per name, a
+        function of the current states (``rollout.episodes.Extra``) recorded before every action."""
         t0 = time.perf_counter()
         B = self.B
         obs_buf: dict[str, list] = {k: [] for k in self.obs}
@@ -211,10 +193,14 @@ class RolloutWorker:
         ep_first = np.zeros(B, np.int64)
         episodes: list[dict] = []
         errors, self._reset_errors = self._reset_errors, []
+        extra_buf: dict[str, list] = {name: [] for name in extras or {}}
+        infos_now: list[Mapping[str, Any]] = [{} for _ in range(B)]
         out = self._forward(self.obs, deterministic)
         for t in range(T):
             for k, v in self.obs.items():
                 obs_buf[k].append(v)
+            for name, fn in (extras or {}).items():
+                extra_buf[name].append(np.asarray(fn(self.env, self.obs, infos_now)))
             actions[t] = out.action.numpy()
             logp[t] = out.log_prob.numpy()
             values[t] = out.values.numpy()
@@ -230,6 +216,7 @@ class RolloutWorker:
                 next_values[t, final_idx] = self._forward(fo).values.numpy()
             for i in range(B):
                 step_info = env_info(infos, i)
+                infos_now[i] = step_info
                 info = step_info.get("final_info", step_info) if done[i] else step_info
                 parts = np.asarray(info.get("reward_parts", np.zeros(2)), np.float32)
                 rewards[t, i] = parts
@@ -265,8 +252,41 @@ class RolloutWorker:
             errors=errors,
             quarantined=list(self.env.quarantined),
             seconds=time.perf_counter() - t0,
+            extras={name: np.stack(v) for name, v in extra_buf.items()},
         )
         return frag
 
     def stats(self) -> dict:
-        return dict(worker_id=self.worker_id, total_steps=self.total_steps, quarantined=list(self.env.quarantined))
+        quarantined = list(self.env.quarantined) if self.spec.scenarios else []
+        return dict(worker_id=self.worker_id, total_steps=self.total_steps, quarantined=quarantined)
+
+    # -- whole episodes ----------------------------------------------------------------------------
+    def episodes(
+        self,
+        actor: Actor,
+        scenarios: Sequence,
+        ids: Sequence[str],
+        num_envs: int,
+        frames: bool = False,
+        extras: Mapping[str, Extra] | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> list[dict]:
+        """Drive ``actor`` over the clips ``ids`` of ``scenarios`` (files, suite folders, Scenarios: the list
+        the ids come from), ``num_envs`` at a time; one record per id, in order (``rollout.episodes``).
+        frames: keep every clip's rgb_array frames (filming). The env (per actor env config and scenario
+        list) and the act function (per actor label: a label names one policy for the worker's life) are built
+        once and kept for later calls. progress(done, total) after each clip (in this process only)."""
+        key = tuple(str(getattr(s, "path", None) or getattr(s, "id", s)) for s in scenarios)
+        if key not in self._scenarios:
+            self._scenarios[key] = resolve_scenarios(list(scenarios))
+        n = max(1, min(int(num_envs), len(ids)))  # no more envs than clips (the last chunk may be short)
+        env_key = (json.dumps(actor.env, sort_keys=True, default=str), key, n, bool(frames))
+        venv = self._episode_envs.get(env_key)
+        if venv is None:
+            mode = "rgb_array" if frames else None
+            venv = VectorDrivingEnv(self._scenarios[key], n, dict(actor.env), render_mode=mode, autoreset=False)
+            self._episode_envs[env_key] = venv
+        if actor.label not in self._acts:
+            self._acts[actor.label] = actor.build(EnvConfig.from_dict(actor.env).action_spec, self.spec.threads)
+        keep = (lambda _sid: True) if frames else None
+        return run_episodes(self._acts[actor.label], venv, ids, frames=keep, extras=extras, progress=progress)

@@ -281,7 +281,7 @@ def _assert_close(got: dict, want: dict, where) -> None:
 def test_metrics_json_holds_hand_counted_rates_of_hand_made_records(tmp_path):
     """Records whose CR, DR and ADD are known by hand, written by the evaluation's own summary and writer."""
     from evaluation.evaluate import summarise, write_outputs
-    from evaluation.rollouts import PolicyEntry
+    from evaluation.policies import PolicyEntry
 
     def rec(sid, kind, event, pd):
         n = len(pd)

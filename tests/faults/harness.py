@@ -177,7 +177,7 @@ def restore_only(cfg: TrainConfig, folder: Path) -> tuple[int | None, ckpt_io.Tr
         tr.build()
         state = tr.restore()
         files = ckpt_io.encode(
-            tr.learners.call("state"),
+            tr.learners.state(),
             state,
             tr.config_dict,
             observation_space=tr.obs_space,

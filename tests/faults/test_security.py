@@ -144,7 +144,7 @@ def test_security_demonstrations_cache_is_never_unpickled(tmp_path, monkeypatch)
     np.savez(cached.with_suffix(""), labels=np.array([Bomb(marker)], dtype=object), scenario_ids=np.array(["plain"]))
     again = demos.expert_demonstrations(str(tmp_path / "s"), config)
     assert not marker.exists()
-    assert np.array_equal(again["labels"], first["labels"])
+    assert np.array_equal(again.labels, first.labels)
 
 
 # --------------------------------------------------------------------------------------------------

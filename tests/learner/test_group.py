@@ -21,7 +21,7 @@ def test_one_learner_trains_in_the_driver():
     assert d["in_driver"] and d["num_learners"] == 1 and d["backend"] == "none" and d["rendezvous"] is None
     assert d["device"] == "cpu"
     assert d["ranks"][0]["pid"] == os.getpid()
-    assert g.call("weights").keys() == make_policy().state_dict().keys()
+    assert g.weights().keys() == make_policy().state_dict().keys()
 
 
 @pytest.mark.parametrize(
@@ -88,7 +88,7 @@ def test_two_learners_rendezvous_at_rank0s_store_and_the_driver_binds_no_port(mo
         assert host == rank0["ip"]
         listeners = _listening_pids(int(port))
         assert rank0["pid"] in listeners and os.getpid() not in listeners  # rank 0's store, not the driver's
-        w = g.call("weights")
+        w = g.weights()
         assert w.keys() == make_policy().state_dict().keys()
     finally:
         g.shutdown()

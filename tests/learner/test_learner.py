@@ -10,9 +10,10 @@ import torch
 
 from learner.config import ILConfig, PPOConfig, TrainConfig
 from learner.group import LearnerGroup
-from learner.learner import Learner, NonFiniteLoss
+from learner.learner import Demos, Learner, NonFiniteLoss
 from learner.train import learner_settings
 from policy.network import ActorCritic, PolicyConfig, example_observation_space, random_obs
+from rollout.fragment import Batch
 from scenarios.actions import ActionSpec
 
 SPACE = example_observation_space(n_cams=1, height=16, width=32)
@@ -24,37 +25,36 @@ def make_policy():
     return ActorCritic(SPACE, SPEC, PCFG)
 
 
-def fixed_batch(T=8, B=4, seed=0, nan=False):
+def fixed_batch(T=8, B=4, seed=0, nan=False) -> Batch:
     g = torch.Generator().manual_seed(seed)
     obs = random_obs(SPACE, T * B, generator=g)
-    batch = {f"obs.{k}": v.reshape(T, B, *v.shape[1:]) for k, v in obs.items()}
     feas = torch.as_tensor(np.array(SPEC.mask))  # [n_long, n_lat]
     long_idx = torch.randint(8, 61, (T, B), generator=g)
     lat_idx = torch.full((T, B), 30)
-    batch["actions"] = torch.stack([lat_idx, long_idx], -1)
     assert bool(feas[long_idx, lat_idx].all())
-    batch["logp"] = torch.full((T, B, 2), -4.0)
-    batch["values"] = torch.zeros(T, B, 2)
-    batch["next_values"] = torch.zeros(T, B, 2)
     rewards = torch.zeros(T, B, 2)
     rewards[T - 1, :2, 1] = -1.0  # two dynamic collisions at the end
     if nan:
         rewards[:, :, 0] = float("nan")  # every minibatch sees it
-    batch["rewards"] = rewards
     term = torch.zeros(T, B, dtype=torch.bool)
     term[T - 1, :2] = True
-    batch["terminated"] = term
-    batch["truncated"] = torch.zeros(T, B, dtype=torch.bool)
-    batch["aux_flags"] = torch.zeros(T, B, 5, dtype=torch.bool)
-    return batch
+    return Batch(
+        obs={k: v.reshape(T, B, *v.shape[1:]) for k, v in obs.items()},
+        actions=torch.stack([lat_idx, long_idx], -1),
+        logp=torch.full((T, B, 2), -4.0),
+        values=torch.zeros(T, B, 2),
+        next_values=torch.zeros(T, B, 2),
+        rewards=rewards,
+        terminated=term,
+        truncated=torch.zeros(T, B, dtype=torch.bool),
+        aux_flags=torch.zeros(T, B, 5, dtype=torch.bool),
+    )
 
 
-def demos(n=64, seed=1):
+def demos(n=64, seed=1) -> Demos:
     g = torch.Generator().manual_seed(seed)
     obs = random_obs(SPACE, n, generator=g)
-    d = {f"obs.{k}": v for k, v in obs.items()}
-    d["labels"] = torch.stack([torch.full((n,), 30), torch.full((n,), 40)], -1)
-    return d
+    return Demos(obs, torch.stack([torch.full((n,), 30), torch.full((n,), 40)], -1))
 
 
 # built as the driver builds them (learner.train.learner_settings), with the values these tests were written for
@@ -95,7 +95,8 @@ def test_il_rounds_fit_the_expert_bins():
 
 def test_nan_losses_are_skipped_then_stop_the_run():
     torch.manual_seed(0)
-    learner = Learner(make_policy(), dataclasses.replace(SETTINGS, max_consecutive_skips=3))
+    ppo = dataclasses.replace(SETTINGS.ppo, max_consecutive_skips=3)
+    learner = Learner(make_policy(), dataclasses.replace(SETTINGS, ppo=ppo))
     before = {k: v.clone() for k, v in learner.weights().items()}
     with pytest.raises(NonFiniteLoss, match="non-finite"):
         learner.update_rl(fixed_batch(nan=True))
@@ -121,7 +122,8 @@ def test_state_round_trip_gives_identical_next_steps():
 
 
 def test_lr_schedule_restarts_per_stage():
-    learner = Learner(make_policy(), dataclasses.replace(SETTINGS, lr=1e-3, total_updates=10, lr_final_fraction=0.1))
+    ppo = dataclasses.replace(SETTINGS.ppo, lr_final_fraction=0.1)
+    learner = Learner(make_policy(), dataclasses.replace(SETTINGS, ppo=ppo, lr=1e-3, total_updates=10))
     learner.set_settings(learner.s, "il")
     assert learner.lr_now() == pytest.approx(1e-3)
     learner.updates = 5
@@ -139,13 +141,13 @@ def test_two_learners_equal_one(ray_session):
     batch = fixed_batch(T=8, B=4, seed=5)
     torch.manual_seed(0)
     one = LearnerGroup(make_policy, SETTINGS, num_learners=1)
-    init = one.call("weights")
+    init = one.weights()
     two = LearnerGroup(make_policy, SETTINGS, num_learners=2)
     try:
-        two.call("load_state", {"policy": init})
-        one.call("update_rl", batch)
-        two.call("update_rl", batch)
-        w1, w2 = one.call("weights"), two.call("weights")
+        two.load_state({"policy": init})
+        one.update_rl(batch)
+        two.update_rl(batch)
+        w1, w2 = one.weights(), two.weights()
         worst = max(float((w1[k].float() - w2[k].float()).abs().max()) for k in w1)
         assert worst < 1e-5
         # and the weights really moved
@@ -170,13 +172,14 @@ def test_ppo_ratio_uses_the_normaliser_that_scored_the_actions():
         policy.long_head.weight.mul_(100.0)
         policy.lat_out.weight.mul_(100.0)
     batch = fixed_batch(T=8, B=4, seed=7)
-    for k in batch:
-        if k in ("obs.ego", "obs.route"):  # far from the identity statistics, so a change would show
-            batch[k] = 5.0 + 3.0 * batch[k]
-    obs = {k[4:]: v.reshape(32, *v.shape[2:]) for k, v in batch.items() if k.startswith("obs.")}
+    for k in batch.obs:
+        if k in ("ego", "route"):  # far from the identity statistics, so a change would show
+            batch.obs[k] = 5.0 + 3.0 * batch.obs[k]
+    obs = {k: v.reshape(32, *v.shape[2:]) for k, v in batch.obs.items()}
     with torch.no_grad():
-        batch["logp"] = policy.evaluate_actions(obs, batch["actions"].reshape(32, 2)).log_prob.reshape(8, 4, 2)
-    learner = Learner(policy, dataclasses.replace(SETTINGS, epochs=1, minibatches=1))
+        batch.logp = policy.evaluate_actions(obs, batch.actions.reshape(32, 2)).log_prob.reshape(8, 4, 2)
+    ppo = dataclasses.replace(SETTINGS.ppo, epochs=1, minibatches=1)
+    learner = Learner(policy, dataclasses.replace(SETTINGS, ppo=ppo))
     before = _norm_counts(learner)
     m = learner.update_rl(batch)
     assert m["losses/approx_kl"] == pytest.approx(0.0, abs=1e-7) and m["losses/clipfrac"] == 0.0

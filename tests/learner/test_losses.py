@@ -34,11 +34,22 @@ def _one_torch_thread():
     torch.set_num_threads(n)
 
 
+# ppo_loss takes every setting as a keyword without a default: these are the tests' own (CleanRL's clipped
+# surrogate with no value clip and no entropy bonus unless a test says otherwise)
+PPO_SETTINGS = dict(
+    clip=(0.1, 0.2), old_values=None, value_clip=None, entropy=None, ent_coef=0.0, vf_coef=0.5, norm_adv=True
+)
+
+
+def ppo(new_logp, old_logp, adv, **kw) -> dict:
+    return ppo_loss(new_logp, old_logp, adv, **{**PPO_SETTINGS, **kw})
+
+
 def pg(ratio_lat: float, ratio_long: float, adv_lat: float, adv_long: float, **kw) -> dict:
     new_logp = torch.tensor([[math.log(ratio_lat), math.log(ratio_long)]], dtype=torch.float64, requires_grad=True)
     zeros = torch.zeros(1, 2, dtype=torch.float64)
     adv = torch.tensor([[adv_lat, adv_long]], dtype=torch.float64)
-    out = ppo_loss(new_logp, zeros, adv, (0.1, 0.2), new_values=zeros, returns=zeros, norm_adv=False, **kw)
+    out = ppo(new_logp, zeros, adv, new_values=zeros, returns=zeros, norm_adv=False, **kw)
     out["_new_logp"] = new_logp
     return out
 
@@ -92,8 +103,8 @@ def test_value_loss_entropy_kl_and_total():
     new_values = torch.tensor([[1.0, 2.0], [1.0, 2.0]])
     returns = torch.zeros(N, 2)
     entropy = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
-    out = ppo_loss(
-        new_logp, old_logp, adv, (0.1, 0.2), new_values=new_values, returns=returns, entropy=entropy,
+    out = ppo(
+        new_logp, old_logp, adv, new_values=new_values, returns=returns, entropy=entropy,
         ent_coef=(0.01, 0.02), vf_coef=0.5, norm_adv=False,
     )  # fmt: skip
     for name in CLEANRL_NAMES:
@@ -117,13 +128,13 @@ def test_value_loss_entropy_kl_and_total():
 def test_clipped_value_loss():
     # old V = 0, new V = 1, return 2, clip 0.2: unclipped (1-2)^2 = 1; clipped V = 0.2 -> 3.24; max -> 0.5 * 3.24.
     z = torch.zeros(1, 2)
-    out = ppo_loss(
+    out = ppo(
         z, z, z, new_values=torch.ones(1, 2), returns=torch.full((1, 2), 2.0), old_values=z, value_clip=0.2,
         norm_adv=False,
     )  # fmt: skip
     assert out["losses/value_loss_lat"].item() == pytest.approx(1.62)
     with pytest.raises(ValueError, match="old_values"):
-        ppo_loss(z, z, z, new_values=z, returns=z, value_clip=0.2)
+        ppo(z, z, z, new_values=z, returns=z, value_clip=0.2)
 
 
 def test_normalize_advantages_safe_on_tiny_minibatches():
@@ -139,14 +150,14 @@ def test_normalize_advantages_safe_on_tiny_minibatches():
     assert out[:, 1].pow(2).mean().sqrt().item() == pytest.approx(1.0, rel=1e-5)
     # ppo_loss with one sample and norm_adv stays finite (sb3#325).
     z = torch.zeros(1, 2)
-    terms = ppo_loss(torch.tensor([[0.1, -0.1]]), z, torch.tensor([[5.0, -5.0]]), new_values=z, returns=z)
+    terms = ppo(torch.tensor([[0.1, -0.1]]), z, torch.tensor([[5.0, -5.0]]), new_values=z, returns=z)
     assert finite_or_skip(terms)
 
 
 def test_il_loss_is_cross_entropy_at_the_expert_bins():
     logits_long = torch.log(torch.tensor([[1.0, 3.0]]))  # probs (0.25, 0.75)
     logits_lat = torch.log(torch.tensor([[1.0, 1.0, 2.0]]))  # probs (0.25, 0.25, 0.5)
-    out = il_loss(logits_long, logits_lat, expert_lat=torch.tensor([2]), expert_long=torch.tensor([1]))
+    out = il_loss(logits_long, logits_lat, expert_lat=torch.tensor([2]), expert_long=torch.tensor([1]), focal_gamma=0.0)
     assert out["losses/il_loss_long"].item() == pytest.approx(-math.log(0.75))
     assert out["losses/il_loss_lat"].item() == pytest.approx(-math.log(0.5))
     assert out["loss"].item() == pytest.approx(-math.log(0.75) - math.log(0.5))
@@ -158,7 +169,7 @@ def test_il_loss_is_cross_entropy_at_the_expert_bins():
     g = torch.Generator().manual_seed(0)
     a, b = torch.randn(16, 61, generator=g), torch.randn(16, 61, generator=g)
     t1, t2 = torch.randint(0, 61, (16,), generator=g), torch.randint(0, 61, (16,), generator=g)
-    out = il_loss(a, b, t1, t2)
+    out = il_loss(a, b, t1, t2, focal_gamma=0.0)
     torch.testing.assert_close(out["loss"], F.cross_entropy(b, t1) + F.cross_entropy(a, t2))
 
 
@@ -175,7 +186,7 @@ def test_il_with_teacher_forcing_fits_expert_bins():
     first = None
     for _ in range(100):
         logits_long, logits_lat = model.logits(obs, long_idx=expert_long)
-        out = il_loss(logits_long, logits_lat, expert_lat, expert_long)
+        out = il_loss(logits_long, logits_lat, expert_lat, expert_long, focal_gamma=0.0)
         first = first if first is not None else out["loss"].item()
         opt.zero_grad()
         out["loss"].backward()
@@ -243,19 +254,23 @@ def test_aux_loss_hand_value_and_gating():
     assert out["loss"].item() == pytest.approx(-0.25)
     out["loss"].backward()
     assert logits_long.grad[1].abs().max().item() == 0.0  # unflagged step
-    # Positive advantage: nothing to correct. Zero weights (the default): loss 0.
+    # Positive advantage: nothing to correct. Zero weights: loss 0.
     out = directional_aux_loss(logits_long, logits_lat, actions, -adv, flags, weights={"dc_front": 1.0})
     assert out["loss"].item() == 0.0
-    assert directional_aux_loss(logits_long, logits_lat, actions, adv, flags)["loss"].item() == 0.0
+    assert directional_aux_loss(logits_long, logits_lat, actions, adv, flags, weights=[0.0] * 5)["loss"].item() == 0.0
     # Already at the lowest bin: no lower bin, P = 0, finite.
-    out = directional_aux_loss(logits_long, logits_lat, torch.tensor([[1, 0], [1, 0]]), adv, flags, [1, 0, 0, 0, 0])
+    out = directional_aux_loss(
+        logits_long, logits_lat, torch.tensor([[1, 0], [1, 0]]), adv, flags, weights=[1, 0, 0, 0, 0]
+    )
     assert out["loss"].item() == 0.0
     # Progress uses the longitudinal advantage: uniform over 4 bins, taken bin 1, P(j > 1) = 0.5, A_long = -2
     flags = torch.tensor([[False, False, False, False, True], [False, False, False, False, False]])
-    out = directional_aux_loss(logits_long, logits_lat, torch.tensor([[1, 1], [1, 1]]), adv, flags, {"progress": 1.0})
+    out = directional_aux_loss(
+        logits_long, logits_lat, torch.tensor([[1, 1], [1, 1]]), adv, flags, weights={"progress": 1.0}
+    )
     assert out["losses/aux_progress"].item() == pytest.approx(-0.5) and out["loss"].item() == pytest.approx(-0.5)
     with pytest.raises(ValueError, match=r"aux_flags must be \[N, 5\]"):
-        directional_aux_loss(logits_long, logits_lat, actions, adv, flags[:, :4], {"progress": 1.0})
+        directional_aux_loss(logits_long, logits_lat, actions, adv, flags[:, :4], weights={"progress": 1.0})
     with pytest.raises(ValueError, match="unknown weight names"):
         directional_aux_loss(logits_long, logits_lat, actions, adv, flags, weights={"brake": 1.0})
 
@@ -276,9 +291,7 @@ def test_ppo_on_network_outputs_one_step():
     adv = torch.randn(32, 2)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     new = model.evaluate_actions(obs, old.action)
-    terms = ppo_loss(
-        new.log_prob, old.log_prob, adv, new_values=new.values, returns=old.values + adv, entropy=new.entropy
-    )
+    terms = ppo(new.log_prob, old.log_prob, adv, new_values=new.values, returns=old.values + adv, entropy=new.entropy)
     assert terms["losses/approx_kl"].item() == pytest.approx(0.0, abs=1e-6)
     assert terms["losses/clipfrac"].item() == 0.0
     aux = directional_aux_loss(

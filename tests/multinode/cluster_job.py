@@ -32,13 +32,13 @@ def update_part(results: dict) -> None:
     batch = fixed_batch(T=8, B=4, seed=5)
     torch.manual_seed(0)
     one = LearnerGroup(make_policy, SETTINGS, num_learners=1)  # in the driver, on the head node
-    init = one.call("weights")
+    init = one.weights()
     two = LearnerGroup(make_policy, SETTINGS, num_learners=2, resources={"learner_node": 1})
     try:
-        two.call("load_state", {"policy": init})
-        one.call("update_rl", batch)
-        two.call("update_rl", batch)
-        w1, w2 = one.call("weights"), two.call("weights")
+        two.load_state({"policy": init})
+        one.update_rl(batch)
+        two.update_rl(batch)
+        w1, w2 = one.weights(), two.weights()
         results["update"] = dict(
             worst_difference=max(float((w1[k].float() - w2[k].float()).abs().max()) for k in w1),
             moved=max(float((w1[k].float() - init[k].float()).abs().max()) for k in w1),
