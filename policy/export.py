@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import hashlib
 import json
 import logging
 import os
@@ -52,6 +51,7 @@ from sim.camera import make_rig
 from sim.configs import field, parse_cli, to_dict
 from sim.configs import from_dict as config_from_dict
 from sim.dynamics import ANCHOR_HORIZON
+from sim.files import sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -293,8 +293,7 @@ def _outputs_json(spec) -> list[dict]:
 
 
 def _file_entry(path: Path) -> dict:
-    data = path.read_bytes()
-    return dict(size=len(data), sha256=hashlib.sha256(data).hexdigest())
+    return dict(size=path.stat().st_size, sha256=sha256_file(path))
 
 
 def _write_json(path: Path, obj: dict) -> None:

@@ -65,6 +65,7 @@ class ObservationMismatch(ExportError):
 
 
 def _sha256_file(path: Path) -> str:
+    # sim.files.sha256_file, repeated: this module imports only the standard library and numpy.
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):

@@ -53,6 +53,7 @@ from pathlib import Path
 from scenarios import generation
 from scenarios.format import KINDS, Scenario
 from scenarios.io import ScenarioError, load_folder
+from sim.files import cache_dir
 
 try:
     import fcntl
@@ -77,14 +78,9 @@ class SuiteLockTimeout(RuntimeError):
 
 
 def cache_root() -> Path:
-    """Where built-in suites live: ``$SPLATDRIVE_CACHE/scenarios``, else ``<repo>/.cache/scenarios``."""
-    env = os.environ.get("SPLATDRIVE_CACHE")
-    if env:
-        return Path(env).expanduser() / "scenarios"
-    repo = Path(__file__).resolve().parents[1]
-    if (repo / "pyproject.toml").is_file():
-        return repo / ".cache" / "scenarios"
-    return Path.home() / ".cache" / "splatdrive" / "scenarios"
+    """Where built-in suites live: ``$SPLATDRIVE_CACHE/scenarios``, else ``<repo>/.cache/scenarios``
+    (:func:`sim.files.cache_dir`)."""
+    return cache_dir("scenarios")
 
 
 def _env_number(var: str, lo: float, kind=int):

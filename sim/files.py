@@ -1,4 +1,6 @@
-"""All-or-nothing file writes: a reader sees the old file or the whole new one, never half of one.
+"""Files: all-or-nothing writes, a file's sha256, and where caches live.
+
+All-or-nothing file writes: a reader sees the old file or the whole new one, never half of one.
 
 Every writer of a result (reports, scenario files, caches, PLYs, PNGs, videos) writes a temporary file
 beside the target and renames it over the target (``os.replace``, atomic on one file system). The
@@ -10,17 +12,24 @@ write into one file; a failed write removes its temporary file and leaves the ta
         np.savez(tmp, **arrays)
 
 (The checkpoint store has its own, in ``store.local``: it sits beside ``sim`` in the layers.)
+
+:func:`sha256_file` is the one digest of a file's bytes (exported policies, cache keys, frame
+shards); :func:`cache_dir` the one place caches live (built-in suites, demonstrations, perception frames).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["atomic_path", "atomic_write", "temporary_path"]
+__all__ = ["CACHE_VAR", "atomic_path", "atomic_write", "cache_dir", "sha256_file", "temporary_path"]
+
+CACHE_VAR = "SPLATDRIVE_CACHE"  # the environment variable that moves every cache
+REPO = Path(__file__).resolve().parents[1]
 
 
 def temporary_path(path: str | Path, suffix: str = "") -> Path:
@@ -77,3 +86,25 @@ def atomic_write(
         finally:
             os.close(dfd)
     return path
+
+
+def sha256_file(path: str | Path, chunk_bytes: int = 1 << 20) -> str:
+    """The sha256 of a file's bytes, 64 hex digits, read ``chunk_bytes`` at a time (constant memory)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(chunk_bytes), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def cache_dir(name: str) -> Path:
+    """The folder of the cache ``name`` (``"scenarios"``, ``"demos"``...), not created here:
+    ``$SPLATDRIVE_CACHE/<name>`` when the variable is set (``~`` expanded), else ``<repo>/.cache/<name>``
+    when running from a checkout (the package's parent holds pyproject.toml), else
+    ``~/.cache/splatdrive/<name>`` (an installed package, whose folder may not be writable)."""
+    env = os.environ.get(CACHE_VAR)
+    if env:
+        return Path(env).expanduser() / name
+    if (REPO / "pyproject.toml").is_file():
+        return REPO / ".cache" / name
+    return Path.home() / ".cache" / "splatdrive" / name

@@ -22,6 +22,7 @@ from envs.observation import (
 )
 from envs.vector import VectorDrivingEnv
 from sim import rendering
+from sim.seeding import derive_seed
 from tests.envs.conftest import FAST
 
 
@@ -168,7 +169,7 @@ def test_vector_env_in_camera_mode_matches_single_envs(plain, lead):
     venv = VectorDrivingEnv([plain, lead], 2, FAST)
     singles = [DrivingEnv(FAST, scenarios=[plain, lead]) for _ in range(2)]
     vobs, _ = venv.reset(seed=5)
-    sobs = [e.reset(seed=5 + i)[0] for i, e in enumerate(singles)]
+    sobs = [e.reset(seed=derive_seed(5, i))[0] for i, e in enumerate(singles)]
     for _ in range(3):
         for key in vobs:
             np.testing.assert_array_equal(vobs[key], np.stack([o[key] for o in sobs]))

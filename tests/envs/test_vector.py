@@ -11,6 +11,7 @@ from gymnasium.vector import AutoresetMode
 
 import sim.rendering
 from envs import DrivingEnv, VectorDrivingEnv
+from sim.seeding import derive_seed
 from tests.envs.conftest import FAST
 
 
@@ -36,7 +37,7 @@ def test_vector_equals_single_envs_rendering_included(plain, lead, parked_box):
     singles = [DrivingEnv(FAST, scenarios=scs) for _ in range(N)]
     obs, infos = venv.reset(seed=11)
     for i, e in enumerate(singles):
-        o, info = e.reset(seed=11 + i)
+        o, info = e.reset(seed=derive_seed(11, i))
         assert data_equivalence(o, obs_i(obs, i), exact=True)
         assert info["scenario"] == infos["scenario"][i]
     rng = np.random.default_rng(0)

@@ -1,9 +1,14 @@
-"""sim.files: a write is all or nothing, leaves no temporary file, and never touches the target on failure."""
+"""sim.files: a write is all or nothing, leaves no temporary file, and never touches the target on failure;
+a file's sha256 against hashlib's of its bytes; where a cache lives."""
+
+import hashlib
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from sim.files import atomic_path, atomic_write, temporary_path
+from sim import files
+from sim.files import atomic_path, atomic_write, cache_dir, sha256_file, temporary_path
 
 
 def _names(folder):
@@ -62,3 +67,24 @@ def test_no_folder_is_made_when_asked_not_to(tmp_path):
 def test_temporary_names_are_unique_per_call(tmp_path):
     names = {temporary_path(tmp_path / "v.mp4", ".mp4").name for _ in range(50)}
     assert len(names) == 50 and all(n.startswith(".v.mp4.") and n.endswith(".tmp.mp4") for n in names)
+
+
+@pytest.mark.parametrize("size", [0, 1, (1 << 20) - 1, 1 << 20, (1 << 20) + 1, 3 * (1 << 20) + 17])
+def test_sha256_file_is_the_digest_of_the_whole_file_across_chunk_edges(tmp_path, size):
+    data = np.random.default_rng(size).integers(0, 256, size, dtype=np.uint8).tobytes()
+    (tmp_path / "f").write_bytes(data)
+    assert sha256_file(tmp_path / "f") == hashlib.sha256(data).hexdigest()
+    assert sha256_file(str(tmp_path / "f"), chunk_bytes=7) == hashlib.sha256(data).hexdigest()
+
+
+def test_cache_dir_is_the_variable_else_the_checkout_else_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPLATDRIVE_CACHE", str(tmp_path / "c"))
+    assert cache_dir("demos") == tmp_path / "c" / "demos"
+    monkeypatch.setenv("SPLATDRIVE_CACHE", "~/x")
+    assert cache_dir("demos") == Path.home() / "x" / "demos"
+    monkeypatch.delenv("SPLATDRIVE_CACHE")
+    repo = Path(__file__).resolve().parents[2]
+    assert cache_dir("scenarios") == repo / ".cache" / "scenarios"  # the tests run from a checkout
+    monkeypatch.setattr(files, "REPO", tmp_path)  # a package installed elsewhere: no pyproject.toml beside it
+    assert cache_dir("scenarios") == Path.home() / ".cache" / "splatdrive" / "scenarios"
+    assert not (tmp_path / ".cache").exists()  # named, not created
