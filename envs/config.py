@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from envs.reward import COLLISION_CREDITS
 from scenarios.actions import ActionSpec
 from sim.configs import ConfigError, coerce_fields, field, to_dict
 from sim.configs import from_dict as load_config
@@ -128,6 +129,11 @@ class EnvConfig:
         help="Progress deviation (not one of RAD's events; false for RAD-exact runs): falling more than "
         "``progress_threshold`` behind the logged expert ends the episode.",
     )
+    collision_credit: str = field(
+        "location",
+        help="Reward part a dynamic collision is credited to: 'location' (a hit on a side alone is the lateral "
+        "part's, the front, rear and corners the longitudinal part's) or 'rad' (always longitudinal, as RAD).",
+    )
     progress_threshold: float = field(
         10.0,
         help="Progress deviation: metres behind the logged expert at the same step, along its path, above "
@@ -147,6 +153,8 @@ class EnvConfig:
             bad("observation", " or ".join(repr(m) for m in OBSERVATION_MODES))
         if self.camera_ablation not in CAMERA_ABLATIONS:
             bad("camera_ablation", " or ".join(repr(m) for m in CAMERA_ABLATIONS))
+        if self.collision_credit not in COLLISION_CREDITS:
+            bad("collision_credit", " or ".join(repr(m) for m in COLLISION_CREDITS))
         for f in (
             "max_agents",
             "map_points",

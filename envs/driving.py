@@ -61,7 +61,7 @@ from envs.kernels import (
     route_features,
 )
 from envs.observation import RoutePath, observation_space, route_command, route_path
-from envs.reward import detect_events, first_event, reward_parts, reward_terms
+from envs.reward import collision_part, detect_events, first_event, reward_parts, reward_terms
 from envs.scenario_data import ScenarioData
 from envs.suite import ScenarioPool, resolve_scenarios
 from scenarios.actions import ActionSpec, project_feasible
@@ -376,7 +376,7 @@ class DrivingEnv(gym.Env):
         info = self._info_common()
         info.update(
             reward_terms=terms,
-            reward_parts=reward_parts(terms),
+            reward_parts=reward_parts(terms, collision_part(hit["location"], cfg.collision_credit)),
             event=self._last_event,
             collision_location=hit["location"],
             collision_point=hit["point"],

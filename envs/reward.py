@@ -2,13 +2,19 @@
 
 | event              | trigger                                                     | part         |
 |--------------------|-------------------------------------------------------------|--------------|
-| dynamic_collision  | ego box overlaps an agent box                               | longitudinal |
+| dynamic_collision  | ego box overlaps an agent box                               | by location  |
 | static_collision   | ego box holds >= N static Gaussians, or hits a static box   | lateral      |
 | position_deviation | distance to the expert path > 2.0 m                         | lateral      |
 | heading_deviation  | heading error to the matched expert pose > 40 deg           | lateral      |
 | progress_deviation | behind the logged expert (same step, along its path) > X m  | longitudinal |
 
-The first four are RAD's. RAD has no progress term, so a car that stops passes all four: the fifth,
+The first four are RAD's. RAD credits every dynamic collision to the longitudinal part (its code's
+"collision" advantage steers only the brake). Here, by default (``EnvConfig.collision_credit="location"``),
+the part follows where the ego box was hit (:func:`collision_part`): a contact on the front or the rear
+(corners included) is the longitudinal part's (brake, or get out of the way), a contact on a side alone
+the lateral part's (a car coming in from the side is avoided by steering as much as by braking; crediting
+it to the brake alone taught RL to swerve through it with the lateral head untouched). ``"rad"`` gives
+RAD's crediting. RAD has no progress term, so a car that stops passes all four: the fifth,
 ``progress_deviation`` (not RAD's; ``EnvConfig.progress_event=False`` turns it off for RAD-exact
 runs, ``EnvConfig.progress_threshold`` is X), fails an ego that falls too far behind the log.
 
@@ -67,11 +73,30 @@ def reward_terms(events: Mapping[str, bool]) -> dict[str, float]:
     return {e: (EVENT_REWARD if events.get(e, False) else 0.0) for e in EVENTS}
 
 
-def reward_parts(terms: Mapping[str, float]) -> np.ndarray:
-    """[2] float32 (lateral, longitudinal): the terms summed per part."""
+COLLISION_CREDITS = ("location", "rad")
+
+
+def collision_part(location: str, credit: str) -> str:
+    """The reward part a dynamic collision is credited to: 'longitudinal' or 'lateral'.
+
+    location: where on the ego box the contact is (``envs.driving.location_name``: 'front', 'rear_left',
+    'left', 'centre', ...; '' when unknown); credit: 'rad' (always longitudinal, as RAD) or 'location' (a
+    side alone -- 'left' or 'right' -- is lateral; the front, the rear, their corners and the centre are
+    longitudinal)."""
+    if credit not in COLLISION_CREDITS:
+        raise ValueError(f"collision_part: credit must be one of {COLLISION_CREDITS}, got {credit!r}")
+    if credit == "location" and location in ("left", "right"):
+        return "lateral"
+    return "longitudinal"
+
+
+def reward_parts(terms: Mapping[str, float], dynamic_part: str = "longitudinal") -> np.ndarray:
+    """[2] float32 (lateral, longitudinal): the terms summed per part; a dynamic collision goes to
+    ``dynamic_part`` (:func:`collision_part`), the other events to their ``EVENT_PART``."""
     lat = lon = 0.0
     for e, v in terms.items():
-        if _IS_LATERAL[e]:
+        lateral = dynamic_part == "lateral" if e == "dynamic_collision" else _IS_LATERAL[e]
+        if lateral:
             lat += v
         else:
             lon += v

@@ -117,7 +117,9 @@ def test_constant_speed_hits_the_other_car(scenario_files, kind):
     for sid in env.pool.ids:
         r, te, info = constant_speed(env, sid)
         assert te and r == -1.0 and info["event"] == "dynamic_collision", (sid, info["event"])
-        np.testing.assert_array_equal(info["reward_parts"], [0.0, -1.0])
+        # credited by where the ego was hit: a side alone to the lateral part, front, rear, corners longitudinal
+        side = info["collision_location"] in ("left", "right")
+        np.testing.assert_array_equal(info["reward_parts"], [-1.0, 0.0] if side else [0.0, -1.0])
         assert info["collision_with"] in {a.id for a in env.scenario.agents}
         assert info["collision_location"].startswith("front") or kind == "cut_in"
 

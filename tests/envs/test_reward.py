@@ -8,8 +8,9 @@ import math
 import numpy as np
 import pytest
 
+from envs.config import EnvConfig
 from envs.driving import DrivingEnv, location_name
-from envs.reward import EVENTS, detect_events, first_event, reward_parts, reward_terms
+from envs.reward import EVENTS, collision_part, detect_events, first_event, reward_parts, reward_terms
 from tests.envs.conftest import FAST
 from tests.envs.handmade import straight_scenario
 
@@ -238,3 +239,33 @@ def test_ahead_of_the_expert_is_a_negative_lag(slow):
     x = 0.2 + 0.5 * 6.0 * 0.01  # v0 t + a t^2 / 2 at the 6 m/s^2 limit
     assert not te and info["progress_lag"] == pytest.approx(0.2 - x, abs=1e-6)
     assert info["route_completion"] == pytest.approx(x / 8.0, abs=1e-6)  # 40 steps x 0.2 m
+
+
+@pytest.mark.parametrize(
+    "location, credit, part",
+    [
+        ("front", "location", "longitudinal"),
+        ("rear_left", "location", "longitudinal"),
+        ("front_right", "location", "longitudinal"),
+        ("centre", "location", "longitudinal"),
+        ("left", "location", "lateral"),
+        ("right", "location", "lateral"),
+        ("left", "rad", "longitudinal"),
+        ("right", "rad", "longitudinal"),
+    ],
+)
+def test_a_dynamic_collision_is_credited_by_where_the_ego_was_hit(location, credit, part):
+    assert collision_part(location, credit) == part
+    terms = reward_terms(detect_events(True, False, 0.0, 0.0))
+    want = [-1.0, 0.0] if part == "lateral" else [0.0, -1.0]
+    np.testing.assert_array_equal(reward_parts(terms, part), want)
+    # the other events keep their parts whatever the collision's
+    terms = reward_terms(detect_events(True, True, 3.0, 0.0))
+    np.testing.assert_array_equal(reward_parts(terms, part), [-3.0, 0.0] if part == "lateral" else [-2.0, -1.0])
+
+
+def test_collision_credit_is_checked():
+    with pytest.raises(ValueError, match="credit must be one of"):
+        collision_part("left", "brake")
+    with pytest.raises(ValueError, match="collision_credit"):
+        EnvConfig(collision_credit="brake")
