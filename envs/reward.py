@@ -12,8 +12,8 @@ The first four are RAD's. RAD credits every dynamic collision to the longitudina
 "collision" advantage steers only the brake). Here, by default (``EnvConfig.collision_credit="location"``),
 the part follows where the ego box was hit (:func:`collision_part`): a contact on the front or the rear
 (corners included) is the longitudinal part's (brake, or get out of the way), a contact on a side alone
-the lateral part's (a car coming in from the side is avoided by steering as much as by braking; crediting
-it to the brake alone taught RL to swerve through it with the lateral head untouched). ``"rad"`` gives
+the lateral part's (a car coming in from the side is avoided by steering as much as by braking; credited
+to the longitudinal part alone, such a hit never reaches the lateral head's advantage). ``"rad"`` gives
 RAD's crediting. RAD has no progress term, so a car that stops passes all four: the fifth,
 ``progress_deviation`` (not RAD's; ``EnvConfig.progress_event=False`` turns it off for RAD-exact
 runs, ``EnvConfig.progress_threshold`` is X), fails an ego that falls too far behind the log.
