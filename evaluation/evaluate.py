@@ -10,8 +10,8 @@ or a built-in baseline: ``expert`` (log replay), ``stop``, ``constant-velocity``
 (``evaluation.baselines``). Each policy drives every scenario of the suite once, deterministically,
 closed loop, through the one closed-loop runner (``rollout.group.RolloutGroup.run_episodes``: chunks of
 clips handed to Ray actors as they free up, a crashed actor replaced and its chunk driven again;
-``num_actors=0``: in this process). ``python -m evaluation.evaluate`` and ``python -m scenarios.evaluate``
-(kept as an alias) run the same. ``--compare A B ...`` evaluates several policies on the same
+``num_actors=0``: in this process). ``python -m evaluation.evaluate`` runs the same.
+``--compare A B ...`` evaluates several policies on the same
 scenarios with the same env settings and seed.
 
 Written to ``--out``: ``metrics.json`` (RAD's CR, DCR, SCR, DR, PDR, HDR, ADD, longitudinal and

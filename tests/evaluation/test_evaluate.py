@@ -195,9 +195,9 @@ def test_cli_parses_policies_flags_and_overrides(tmp_path):
     assert e.value.code == 0
 
 
-@pytest.mark.parametrize("module", ["evaluation", "evaluation.evaluate", "scenarios.evaluate"])
+@pytest.mark.parametrize("module", ["evaluation", "evaluation.evaluate"])
 def test_every_entry_point_runs_the_evaluation(module, tmp_path):
-    """``python -m evaluation``, ``-m evaluation.evaluate`` and the alias ``-m scenarios.evaluate`` are one CLI;
+    """``python -m evaluation`` and ``-m evaluation.evaluate`` are one CLI;
     a suite that is not there is refused with exit 2 and the folder named, before anything is written."""
     import subprocess
     import sys

@@ -107,7 +107,7 @@ def test_security_checkpoint_loaders_refuse_a_pickle_payload(tmp_path, kind):
         ckpt_io.policy_weights(ck.files)  # what init_from, export and evaluation read
     for source in (f"{store}/r", str(store / "r" / f"ckpt-{v:08d}")):
         with pytest.raises(PolicySourceError):
-            resolve_policy_source(source)  # python -m policy.export / scenarios.evaluate
+            resolve_policy_source(source)  # python -m policy.export / evaluation
     assert not marker.exists()
 
 

@@ -203,7 +203,7 @@ def test_parity_onnx_and_torch_export_on_random_and_recorded_observations(packag
 
 
 def test_exported_and_checkpoint_actors_drive_alike(package, ckpt, recorded):
-    """What scenarios.evaluate relies on: a checkpoint and its export choose the same actions."""
+    """What evaluation relies on: a checkpoint and its export choose the same actions."""
     space, _, real = recorded
     from_ckpt = resolve_policy_source(f"{ckpt[0]}/{RUN}").make_actor()
     exported = resolve_policy_source(package)
