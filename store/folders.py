@@ -254,7 +254,12 @@ class OutputFolder:
     @property
     def where(self) -> str:
         """The folder as the user named it (a path, or the store URI without its query)."""
-        return self.mirror.remote.uri if self.mirror is not None else str(self.path)
+        return self.describe(self.out)
+
+    @staticmethod
+    def describe(out: str) -> str:
+        """``out`` for messages: a path as it is, a store URI without its query (credentials); no I/O."""
+        return StoreFolder(out).uri if is_uri(out) else out
 
     def sync(self) -> list[str]:
         """Push what changed to the store (nothing to do for a local folder); the paths pushed."""
