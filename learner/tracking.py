@@ -17,6 +17,9 @@ With ``tracking.out`` given, the run folder is ``<out>/<run>/``, written in plac
 
     python -m learner.tracking pull <store>/<run> DIR    # a run's tracking files into DIR
     tensorboard --logdir DIR
+
+``pull`` also copies a report folder written to a store URI (``python -m evaluation --out
+s3://bucket/runs/evaluations/x``, ``python -m learner.study out=s3://...``).
 """
 
 from __future__ import annotations
@@ -292,46 +295,58 @@ def closing_lines(
     query are shown as ``***``."""
     store = redact_uri(store_uri)
     if tracker.store is not None:
-        local = f"runs/{run}"
+        local = f"tb/{run}"  # (tb/ and eval/ are git-ignored: a later --working-dir . does not upload them)
         lines = [
             f"done. checkpoints: {checkpoints}; tracking files (metrics.jsonl, run.json, summary.json, TensorBoard "
             f"events): {tracker.where}",
             f"on your machine: {pull_command(join_uri(store, run), local)} && tensorboard --logdir {local}",
         ]
+        report = f"eval/{run}-compare"
     else:
         local = str(tracker.folder)
         lines = [
             f"done. TensorBoard: tensorboard --logdir {shlex.quote(local)}; metrics: "
             f"{tracker.folder / 'metrics.jsonl'}; checkpoints: {checkpoints}"
         ]
+        report = f"{local}/compare"
     if compare is not None:
         il_run, suite = compare
         a, b = (shlex.quote(join_uri(store, r)) for r in (il_run, run))
-        out = shlex.quote(f"{local}/compare")
-        lines.append(f"compare IL and RL+IL: python -m evaluation --compare {a} {b} --suite {suite} --out {out}")
+        lines.append(
+            f"compare IL and RL+IL: python -m evaluation --compare {a} {b} --suite {suite} --out {shlex.quote(report)}"
+        )
     return lines
 
 
 # -- python -m learner.tracking pull ---------------------------------------------------------------
 
 
-def run_tracking(run_uri: str) -> StoreFolder:
-    """The tracking folder of ``<store>/<run>`` (a path, ``file:///abs/path/<run>`` or
-    ``s3://bucket/prefix/<run>?endpoint_override=...``)."""
-    store, run = split_uri(run_uri)
-    return StoreFolder.of_run(store, run)
+def pull_source(src: str) -> StoreFolder:
+    """What ``pull`` copies from ``src``: the tracking folder of ``<store>/<run>`` (a path,
+    ``file:///abs/path/<run>`` or ``s3://bucket/prefix/<run>?endpoint_override=...``), else ``src`` itself
+    when it is a folder of plain files (an evaluation's or a study's ``--out`` given as a store URI).
+    FileNotFoundError when neither holds any file."""
+    try:
+        store, run = split_uri(src)
+        tracking: StoreFolder | None = StoreFolder.of_run(store, run)
+    except ValueError:  # not <store>/<run>: a plain folder at most
+        tracking = None
+    if tracking is not None and tracking.list():
+        return tracking
+    plain = StoreFolder(src)
+    if plain.list():
+        return plain
+    where = tracking.uri if tracking is not None else plain.uri
+    raise FileNotFoundError(
+        f"{where} holds no tracking files: is the run's name right, and did it run with tracking.out left empty "
+        "(its tracking files with it in the store)?"
+    )
 
 
-def pull(run_uri: str, dest: str | os.PathLike) -> dict[str, int]:
-    """Copy the tracking files of ``<store>/<run>`` into ``dest``: {path: size}. FileNotFoundError if the
-    run has none."""
-    folder = run_tracking(run_uri)
-    if not folder.list():
-        raise FileNotFoundError(
-            f"{folder.uri} holds no tracking files: is the run's name right, and did it run with tracking.out "
-            "left empty (with the run in the store)?"
-        )
-    return FolderMirror(Path(dest), folder).pull()
+def pull(src: str, dest: str | os.PathLike) -> dict[str, int]:
+    """Copy the tracking files of ``<store>/<run>`` (or the files of a store folder, :func:`pull_source`)
+    into ``dest``: {path: size}."""
+    return FolderMirror(Path(dest), pull_source(src)).pull()
 
 
 def pull_command(run_uri: str, dest: str) -> str:
@@ -348,17 +363,19 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="command", required=True)
     pp = sub.add_parser("pull", help="copy a run's tracking files from the store into a local folder")
     pp.add_argument("run", metavar="STORE/RUN", help="<store>/<run>: a path, file:///abs/path/<run> or "
-                    "s3://bucket/prefix/<run>[?endpoint_override=...]")  # fmt: skip
+                    "s3://bucket/prefix/<run>[?endpoint_override=...]; or a report folder given as a store URI "
+                    "(an evaluation's --out s3://...)")  # fmt: skip
     pp.add_argument("dest", metavar="DIR", help="the local folder to copy them into (made if missing)")
     args = p.parse_args(argv)
     try:
-        got = pull(args.run, args.dest)
+        source = pull_source(args.run)
+        got = FolderMirror(Path(args.dest), source).pull()
     except (FileNotFoundError, ValueError) as e:
         print(f"learner.tracking: {e}", file=sys.stderr)
         return 2
     for path, size in got.items():
         print(f"{size:>12,d}  {Path(args.dest) / path}")
-    print(f"copied {len(got)} file(s) from {run_tracking(args.run).uri} to {args.dest}")
+    print(f"copied {len(got)} file(s) from {source.uri} to {args.dest}")
     print(f"tensorboard --logdir {shlex.quote(str(args.dest))}")
     return 0
 

@@ -147,6 +147,13 @@ def test_pull_brings_metrics_provenance_and_events_back_for_tensorboard(store_ur
     # a run without tracking files is named, with what to check
     assert tracking_main(["pull", join_uri(store_uri, "nope"), str(tmp_path / "x")]) == 2
     assert "holds no tracking files" in capsys.readouterr().err
+    # a report folder given as a store URI (python -m evaluation --out s3://...) comes back the same way
+    report = StoreFolder(join_uri(store_uri, "evaluations", "e1"))
+    report.write("report.md", b"# report\n")
+    report.write("videos/p@1/clip.mp4", b"\x00\x01")
+    assert tracking_main(["pull", join_uri(store_uri, "evaluations", "e1"), str(tmp_path / "e1")]) == 0
+    assert (tmp_path / "e1" / "report.md").read_text() == "# report\n"
+    assert (tmp_path / "e1" / "videos" / "p@1" / "clip.mp4").read_bytes() == b"\x00\x01"
 
 
 def test_closing_lines_work_from_the_submitting_machine(tmp_path):
@@ -161,12 +168,12 @@ def test_closing_lines_work_from_the_submitting_machine(tmp_path):
         and "s3://bucket/runs/r1/tracking" in lines[0]
     )
     assert lines[1] == (
-        f"on your machine: python -m learner.tracking pull '{redacted.format('r1')}' runs/r1 && "
-        "tensorboard --logdir runs/r1"
+        f"on your machine: python -m learner.tracking pull '{redacted.format('r1')}' tb/r1 && "
+        "tensorboard --logdir tb/r1"
     )
     assert lines[2] == (
         f"compare IL and RL+IL: python -m evaluation --compare '{redacted.format('r1-il')}' '{redacted.format('r1')}' "
-        "--suite val --out runs/r1/compare"
+        "--suite val --out eval/r1-compare"
     )
     assert "SK" not in " ".join(lines) and "_ray_pkg_" not in " ".join(lines)
     local = Tracker(tmp_path / "out" / "r2", {"run": "r2"}, seed=0, tensorboard=False)
