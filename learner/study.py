@@ -15,7 +15,11 @@ Written to ``out``: ``study.json`` (config, per-seed metrics, the across-seed me
 intervals, the paired RL+IL - IL differences with bootstrap intervals and McNemar's test, the verdict
 against the target, learning curves, wall times), ``study.md`` (the same as tables), ``stages.png``
 (metrics per stage with intervals), ``curves.png`` (val CR, RC and episodic return against env-steps),
-and ``eval-s<s>/`` (each seed's full evaluation report).
+and ``eval-s<s>/`` (each seed's full evaluation report). ``out`` may be a store URI
+(``out=s3://bucket/prefix/studies/<name>``): the report is then written into a local copy, refilled from
+the store first (a rerun reads its evaluations back) and uploaded after each seed, and the runs keep
+their tracking files with them in the store. As a Ray job, a relative ``out`` or store is refused at
+start: the job's working dir is a temporary copy.
 
 The target (issue 10): RL+IL lowers the test CR against IL with the paired interval excluding zero,
 at route completion >= 0.95 x IL's and a deviation rate no worse.
@@ -47,11 +51,12 @@ from evaluation.evaluate import EvaluateConfig
 from evaluation.evaluate import run as run_evaluation
 from evaluation.metrics import clip_values, rad_metrics
 from evaluation.stats import mcnemar, paired_difference, seed_interval
-from learner.config import EvalConfig, ILConfig, PerceptionConfig, RolloutConfig, StoreConfig, TrainConfig
+from learner.config import EvalConfig, ILConfig, PerceptionConfig, StoreConfig, TrainConfig
 from learner.train import il_snapshot_name, train
-from sim.configs import field, non_defaults, parse_cli, to_dict
+from rollout.job import check_job_path
+from sim.configs import ConfigError, field, non_defaults, parse_cli, to_dict
 from sim.files import atomic_write
-from store import CheckpointStore, json_safe
+from store import CheckpointStore, OutputFolder, is_uri, join_uri, json_safe, split_uri
 
 log = logging.getLogger("learner.study")
 
@@ -72,21 +77,23 @@ PAIRED = (("collision", "CR"), ("RC", "RC"), ("DS", "driving score"))
 # iterations; 100 RL iterations x (2 actors x 4 envs x 32 steps) = 25,600 env-steps of RL per seed, with
 # an evaluation on val every 50 RL iterations for the learning curve. A longer RL stage is one setting
 # (``train.iterations=400``: 102,400 env-steps, about 4x the RL time).
-STUDY_TRAIN = TrainConfig(
-    stage="perception+il+rl",
+STUDY_TRAIN = TrainConfig(  # only what differs from TrainConfig's own defaults (stage perception+il+rl, ...)
     perception=PerceptionConfig(every=4, epochs=30),
     iterations=100,
     store=StoreConfig(checkpoint_every=50),
-    rollout=RolloutConfig(num_actors=2, envs_per_actor=4, fragment_length=32),
     il=ILConfig(pretrain_iterations=60),
-    eval=EvalConfig(suite="val", every=50),
+    eval=EvalConfig(every=50),
 )
 
 
 @dataclass(frozen=True)
 class StudyConfig:
     name: str = field("study", help="run-name prefix: runs <name>-s<seed> and <name>-s<seed>-il in the store")
-    out: str = field("runs/study", help="report folder: study.json, study.md, stages.png, curves.png, eval-s*/")
+    out: str = field(
+        "runs/study",
+        help="report folder: study.json, study.md, stages.png, curves.png, eval-s*/; a path, or a store URI "
+        "(s3://bucket/prefix/studies/<name>) written through a local copy, uploaded after each seed",
+    )
     seeds: int = field(3, help="training seeds S (seeds first_seed .. first_seed + S - 1)")
     first_seed: int = field(0, help="the first seed")
     eval_suite: str = field("test", help="held-out scenarios every final policy is scored on")
@@ -116,8 +123,9 @@ class StudyConfig:
 
 
 def seed_run(cfg: StudyConfig, seed: int) -> TrainConfig:
-    """The training config of one seed."""
-    tracking = dataclasses.replace(cfg.train.tracking, out=str(Path(cfg.out) / "runs"))
+    """The training config of one seed: its tracking files in ``<out>/runs/``, or with the run in the
+    store when ``out`` is a store URI."""
+    tracking = dataclasses.replace(cfg.train.tracking, out="" if is_uri(cfg.out) else str(Path(cfg.out) / "runs"))
     return dataclasses.replace(cfg.train, run=f"{cfg.name}-s{seed}", seed=seed, tracking=tracking)
 
 
@@ -130,8 +138,11 @@ def teacher_run(cfg: StudyConfig, seed: int) -> TrainConfig:
 
 def policy_specs(tcfg: TrainConfig) -> dict[str, str]:
     """Store URIs of a seed's two final policies, by stage."""
-    store = tcfg.store.uri.rstrip("/")
-    return {"il": f"{store}/{il_snapshot_name(tcfg.run)}@latest", "rl+il": f"{store}/{tcfg.run}@latest"}
+    store = tcfg.store.uri
+    return {
+        "il": join_uri(store, f"{il_snapshot_name(tcfg.run)}@latest"),
+        "rl+il": join_uri(store, f"{tcfg.run}@latest"),
+    }
 
 
 # -- one seed --------------------------------------------------------------------------------------
@@ -169,7 +180,7 @@ def _pinned(tcfg: TrainConfig, specs: Sequence[str]) -> list[str]:
     store = CheckpointStore(tcfg.store.uri)
     out = []
     for spec in specs:
-        ref = spec.rsplit("/", 1)[-1]
+        ref = split_uri(spec)[1]  # <store>/<run>@latest, an S3 query at the very end
         rs, version = store.resolve(ref)
         out.append(f"{rs.name}@{version}")
     return out
@@ -274,7 +285,7 @@ def images_seed(cfg: StudyConfig, tcfg: TrainConfig, seed: int) -> dict:
             folder = Path(cfg.out) / f"eval-s{seed}-{ablation}"
             out[label] = evaluate_policy(cfg, spec, env, folder, seed, tcfg.ray_address)
     if cfg.teacher:
-        teacher = teacher_run(cfg, seed)
+        teacher = dataclasses.replace(teacher_run(cfg, seed), tracking=tcfg.tracking)  # tracked as its seed is
         trained = train_seed(teacher)
         folder = Path(cfg.out) / f"eval-s{seed}-teacher"
         ev = evaluate_policy(cfg, policy_specs(teacher)["rl+il"], non_defaults(teacher.env), folder, seed, "")
@@ -534,16 +545,23 @@ def plot(study: dict, out: Path) -> list[Path]:
 
 
 def run(cfg: StudyConfig) -> dict:
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
+    # inside a Ray job a relative path lands in the job's temporary package: refused before any work
+    check_job_path(cfg.out, "out", "Give out=s3://bucket/prefix/studies/<name> (or an absolute shared path).")
+    check_job_path(
+        cfg.train.store.uri, "train.store", "Give train.store=s3://bucket/prefix (or an absolute shared path)."
+    )
+    folder = OutputFolder(cfg.out, resume=True)  # a store URI: a local copy of it, earlier evaluations included
+    local = dataclasses.replace(cfg, out=str(folder.path))  # where the evaluations write (seed runs: seed_run(cfg))
+    out = folder.path
     t0 = time.perf_counter()
     seeds = []
     for seed in range(cfg.first_seed, cfg.first_seed + cfg.seeds):
         tcfg = seed_run(cfg, seed)
         log.info("study %s: seed %d (run %s)", cfg.name, seed, tcfg.run)
         trained = train_seed(tcfg)
-        ev = evaluate_seed(cfg, tcfg, seed)
-        seeds.append({"seed": seed, "train": trained, "eval": ev, "images": images_seed(cfg, tcfg, seed)})
+        ev = evaluate_seed(local, tcfg, seed)
+        seeds.append({"seed": seed, "train": trained, "eval": ev, "images": images_seed(local, tcfg, seed)})
+        folder.sync()
         il, rl = ev["stages"]["il"]["metrics"], ev["stages"]["rl+il"]["metrics"]
         print(
             f"study {cfg.name}: seed {seed} on {cfg.eval_suite}: CR IL {il['CR']:.3f} -> RL+IL {rl['CR']:.3f}, "
@@ -565,15 +583,21 @@ def run(cfg: StudyConfig) -> dict:
     atomic_write(out / "study.json", json.dumps(study, indent=2) + "\n")
     plot(study, out)
     atomic_write(out / "study.md", report_md(study))
+    folder.sync()
     return study
 
 
 def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     cfg = parse_cli(StudyConfig, argv, "python -m learner.study", __doc__.split("\n\n")[0])
-    study = run(cfg)
+    try:
+        study = run(cfg)
+    except ConfigError as e:  # a path that would vanish with a Ray job, a resume with another network
+        print(f"learner.study: {e}", file=sys.stderr)
+        return 2
     print(report_md(study))
-    print(f"wrote {Path(cfg.out) / 'study.json'}, {Path(cfg.out) / 'study.md'}")
+    where = OutputFolder.describe(cfg.out)
+    print(f"wrote study.json, study.md, stages.png, curves.png and eval-s*/ to {where}")
     return 0
 
 

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import logging
 import math
+import shutil
+import uuid
 
 import numpy as np
 import pytest
@@ -11,6 +15,7 @@ import pytest
 from learner.study import STAGES, StudyConfig, aggregate, paired, run, verdict
 from scenarios import save
 from sim.configs import from_dict
+from store import StoreFolder, scratch_folder
 from tests.envs.handmade import straight_scenario
 
 
@@ -75,6 +80,32 @@ def test_study_trains_evaluates_and_reports(tmp_path, suite):
     again = run(cfg)
     assert [s["train"]["env_steps"] for s in again["seeds"]] == [24, 24]
     assert again["aggregate"] == study["aggregate"]
+
+
+@pytest.mark.slow
+def test_study_to_a_store_uri_keeps_its_report_and_runs_in_the_store(tmp_path, suite, moto_s3, caplog):
+    """out=s3://... (as a Ray job must give it): the report folder is uploaded, each seed run's tracking
+    files stay with the run in the store, and a rerun reads its evaluations back from there."""
+    out = moto_s3.uri(f"study-{uuid.uuid4().hex[:12]}/studies/tiny")
+    store = moto_s3.uri(f"study-{uuid.uuid4().hex[:12]}/runs")
+    base = tiny_study(tmp_path, suite)
+    train = dataclasses.replace(base.train, store=dataclasses.replace(base.train.store, uri=store))
+    cfg = dataclasses.replace(base, out=out, seeds=1, train=train)
+    study = run(cfg)
+    files = StoreFolder(out).list()
+    for name in ("study.json", "study.md", "stages.png", "curves.png", "eval-s0/report.md", "eval-s0/study-eval.json"):
+        assert name in files, sorted(files)
+    assert not any(f.startswith("runs/") for f in files)  # the seed run's tracking is with the run
+    saved = json.loads(StoreFolder(out).read("study.json"))
+    assert saved["aggregate"] == study["aggregate"] and saved["config"]["out"] == out
+    rows = StoreFolder.of_run(store, "tiny-s0").read("metrics.jsonl").decode().splitlines()
+    assert any("charts/episodic_return" in r for r in rows)
+    assert study["seeds"][0]["train"]["returns"]  # read from the run's tracking files
+    shutil.rmtree(scratch_folder(out))  # another machine: only the store has the earlier evaluation
+    with caplog.at_level(logging.INFO, logger="learner.study"):
+        again = run(cfg)
+    assert again["aggregate"] == study["aggregate"]
+    assert "is done already (same checkpoints and settings): read back" in caplog.text
 
 
 def _seed(il_clips, rl_clips, il_m, rl_m):
