@@ -17,7 +17,8 @@
 # Settings (environment): SPLATDRIVE_RAY_DIR (PID file and log; default .cache/ray-head),
 # RAY_HEAD_TEMP (Ray's session folder; keep it short, Ray's socket paths are limited; default
 # /tmp/sd-ray-<uid>), RAY_HEAD_PORT (GCS, 6379), RAY_DASHBOARD_PORT (8265), RAY_CLIENT_PORT (10001),
-# RAY_HEAD_NUM_CPUS (all), RAY_HEAD_START_TIMEOUT (seconds, 120).
+# RAY_DASHBOARD_AGENT_PORT and RAY_METRICS_EXPORT_PORT (Ray's defaults unless set: a second head on
+# one machine needs its own), RAY_HEAD_NUM_CPUS (all), RAY_HEAD_START_TIMEOUT (seconds, 120).
 set -euo pipefail
 
 repo="$(cd "$(dirname "$0")/.." && pwd)"
@@ -43,13 +44,15 @@ start() {
     if [ -z "${RAY_AUTH_TOKEN:-}" ] && [ -z "${RAY_AUTH_TOKEN_PATH:-}" ]; then
         "$ray_bin" get-auth-token --generate >/dev/null  # ~/.ray/auth_token, if there is none yet
     fi
-    local cpus=()
-    [ -n "${RAY_HEAD_NUM_CPUS:-}" ] && cpus=(--num-cpus "$RAY_HEAD_NUM_CPUS")
+    local extra=()
+    [ -n "${RAY_HEAD_NUM_CPUS:-}" ] && extra=(--num-cpus "$RAY_HEAD_NUM_CPUS")
+    [ -n "${RAY_DASHBOARD_AGENT_PORT:-}" ] && extra+=(--dashboard-agent-listen-port "$RAY_DASHBOARD_AGENT_PORT")
+    [ -n "${RAY_METRICS_EXPORT_PORT:-}" ] && extra+=(--metrics-export-port "$RAY_METRICS_EXPORT_PORT")
     # --block: this process owns the head; SIGTERM to it stops everything it started.
     setsid "$ray_bin" start --head --block --disable-usage-stats \
         --node-ip-address 127.0.0.1 --port "$gcs_port" --temp-dir "$temp" \
         --include-dashboard true --dashboard-host 127.0.0.1 --dashboard-port "$dash_port" \
-        --ray-client-server-port "$client_port" "${cpus[@]}" >"$log" 2>&1 </dev/null &
+        --ray-client-server-port "$client_port" "${extra[@]}" >"$log" 2>&1 </dev/null &
     echo $! >"$pid_file"
     local deadline=$((SECONDS + ${RAY_HEAD_START_TIMEOUT:-120}))
     until "$ray_bin" job list --address "http://127.0.0.1:$dash_port" >/dev/null 2>&1; do
