@@ -1,13 +1,15 @@
 """Generate digital-twin scenarios: ``python -m scenarios.generate --suite NAME --count N --seed S --out DIR``.
 
-Writes ``DIR/<id>.json``, ``DIR/backgrounds/<id>.ply``, ``DIR/assets/<name>.ply`` and ``DIR/suite.yaml``
+Writes ``DIR/<id>.json``, ``DIR/backgrounds/<place id>.ply``, ``DIR/assets/<name>.ply`` and ``DIR/suite.yaml``
 (``scenarios.generation`` does the work; this module is only its command line, so that running it
 with ``-m`` never finds it already imported by the ``scenarios`` package).
 
-Seeds: scenario i of a run gets seed ``base(suite) + S + i`` and kind ``kinds[i % K]``; suites draw from
-disjoint ranges of 1,000,000 seeds (train from 0, val from 1,000,000, test from 2,000,000; any other name
-from a range picked by a hash of the name), so the same (suite, seed) always gives the same scenario,
-and no two suites share one.
+Places and traffic: ``--variants V`` draws V traffic variants on each place (its roads, obstacles and
+background), so COUNT scenarios need ceil(COUNT / V) backgrounds. Seeds: place j of a run gets seed
+``base(suite) + S + j`` and kind ``kinds[j % K]``; suites draw from disjoint ranges of 1,000,000 seeds
+(train from 0, val from 1,000,000, test from 2,000,000; any other name from a range picked by a hash of
+the name), so the same (suite, seed, variant) always gives the same scenario, and no two suites share a
+place.
 
 Options may also be given as ``key=value`` settings (``count=8 gaussians=20000``) or in a YAML file
 (``--config FILE``), read by the one config loader of every entry point (``sim.configs``).
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -34,7 +37,8 @@ class GenerateConfig:
     out: str = field(help="output folder (scenario JSONs, backgrounds/, assets/, suite.yaml)")
     suite: str = field("train", help="suite name: train, val, test (disjoint seed ranges) or any name")
     count: int = field(len(KINDS), help="number of scenarios (default: one per kind)")
-    seed: int = field(0, help="first seed within the suite's range")
+    seed: int = field(0, help="first place seed within the suite's range")
+    variants: int = field(1, help="traffic variants per place (background)")
     kinds: tuple[str, ...] = field(KINDS, help="kinds, used round-robin (comma-separated: --kinds cut_in,merge)")
     gaussians: int = field(DEFAULT_GAUSSIANS, help="Gaussians per background (~)")
     horizon: int = field(DEFAULT_HORIZON, help="steps of dt = 0.1 s per scenario")
@@ -47,12 +51,15 @@ class GenerateConfig:
         bad = [k for k in self.kinds if k not in KINDS]
         if bad or not self.kinds:
             raise ValueError(f"kinds: unknown kind(s) {', '.join(bad) or '(none given)'}; kinds are {', '.join(KINDS)}")
-        for name, lo in (("count", 1), ("seed", 0), ("gaussians", 1000), ("horizon", 10), ("workers", 0)):
+        for name, lo in (
+            ("count", 1), ("seed", 0), ("variants", 1), ("gaussians", 1000), ("horizon", 10), ("workers", 0)
+        ):  # fmt: skip
             if getattr(self, name) < lo:
                 raise ValueError(f"{name}: expected >= {lo}, got {getattr(self, name)}")
-        if self.seed + self.count > SEEDS_PER_SUITE:
+        places = math.ceil(self.count / self.variants)
+        if self.seed + places > SEEDS_PER_SUITE:
             raise ValueError(
-                f"seed + count: expected <= {SEEDS_PER_SUITE} (a suite's seed range), got {self.seed + self.count}"
+                f"seed + places: expected <= {SEEDS_PER_SUITE} (a suite's seed range), got {self.seed + places}"
             )
 
 
@@ -60,7 +67,8 @@ FLAGS = [
     ("--out", "out", "output folder (out)"),
     ("--suite", "suite", "suite name (suite)"),
     ("--count", "count", "number of scenarios (count)"),
-    ("--seed", "seed", "first seed within the suite's range (seed)"),
+    ("--seed", "seed", "first place seed within the suite's range (seed)"),
+    ("--variants", "variants", "traffic variants per place (variants)"),
     ("--kinds", "kinds", "comma-separated kinds, used round-robin (kinds)"),
     ("--gaussians", "gaussians", "Gaussians per background (gaussians)"),
     ("--horizon", "horizon", "steps per scenario (horizon)"),
@@ -85,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     files = generate_suite(
         cfg.out, cfg.suite, cfg.count, cfg.seed, cfg.kinds, cfg.gaussians, cfg.horizon, cfg.workers,
-        progress=not cfg.quiet,
+        progress=not cfg.quiet, variants=cfg.variants,
     )  # fmt: skip
     print(json.dumps({"out": str(Path(cfg.out).resolve()), "scenarios": len(files)}))
     return 0

@@ -1,20 +1,30 @@
-"""Procedural digital-twin scenarios: plan, check, build and write them (``python -m scenarios.generate``
-is the command line over :func:`generate_suite`).
+"""Procedural digital-twin scenarios: places, traffic, the reactive expert's drive, checks, files
+(``python -m scenarios.generate`` is the command line over :func:`generate_suite`).
 
-For each scenario: draw the kind's road, traffic and ego start from the seed (``scenarios.kinds``),
-plan and drive the expert through the env's kinematics (``scenarios.expert``), check it
-(``scenarios.checks``: collision-free with margin, comfortable, labels that replay it, and the kind's
-constant-speed collision), and redraw on failure; then build the procedural background (lane
-markings, curbs, static obstacles baked in) and the vehicle assets, and write
-``DIR/<id>.json``, ``DIR/backgrounds/<id>.ply`` and ``DIR/assets/<name>.ply`` (assets shared by name).
+A **place** (``scenarios.places``: roads with speed limits, curbs, paint, static obstacles) is drawn
+from a place seed and built once into a background PLY; on it, ``variants`` **traffic variants**
+(``scenarios.kinds``: the ego's route, start and speed, the log-replayed agents) are drawn from
+traffic seeds. Each variant's expert is the reactive expert (``scenarios.reactive``) driving the clip
+in closed loop through the env's kinematics; the variant is kept only when that drive passes every
+check (``scenarios.checks``: no agent or obstacle within a margin, labels whose replay is event-free
+and close to it, on its route, braking within bounds, moving, the kind's constant-speed collision; and
+no static Gaussians in its box or its replay's), else its traffic is redrawn (at most
+``MAX_TRAFFIC_ATTEMPTS`` times; a place whose traffic cannot be drawn, or whose obstacle the background
+misses, is redrawn, at most ``MAX_PLACE_ATTEMPTS`` times). Every rejection is counted by reason in
+the suite's manifest.
 
-Seeds: scenario i of a run gets seed ``SUITE_SEED_BASE[suite] + S + i`` and kind ``kinds[i % K]``;
+Files: ``DIR/<scenario id>.json``, ``DIR/backgrounds/<place id>.ply`` (one per place, shared by its
+variants), ``DIR/assets/<name>.ply`` (shared by name) and ``DIR/suite.yaml`` (the manifest), last.
+
+Seeds: place j of a run has kind ``kinds[j % K]`` and place seed ``SUITE_SEED_BASE[suite] + S + j``;
 suites draw from disjoint ranges of ``SEEDS_PER_SUITE`` seeds each (train from 0, val from
-1,000,000, test from 2,000,000; any other suite name from a range picked by a hash of the name),
-so the same (suite, seed) always gives the same scenario, and no two suites share one.
+1,000,000, test from 2,000,000; any other name from a range picked by a hash of the name), so no two
+suites share a place (a background), and the same (suite, seed, variant) always gives the same
+scenario. Scenario i of a run is variant ``i // P`` of place ``i % P`` (P places): a prefix of the run
+has every kind and place once before any second variant.
 
 Parallel generation runs its workers as fresh interpreters (``python -m scenarios.generate --worker``,
-jobs in on stdin, one JSON line per finished scenario out on stdout), never as ``multiprocessing``
+places in on stdin, one JSON line per finished place out on stdout), never as ``multiprocessing``
 children: those re-run the caller's main script (spawn, forkserver), which in a script without an
 ``if __name__ == "__main__":`` guard would build the same suite again and wait forever on the lock the
 parent holds; a subprocess runs no caller code, from a script, a notebook, a Ray worker or a daemonic
@@ -25,6 +35,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import queue
 import subprocess
@@ -33,6 +44,7 @@ import tempfile
 import threading
 import time
 import zlib
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -41,8 +53,14 @@ import numpy as np
 import yaml
 from tqdm import tqdm
 
-from scenarios.checks import constant_speed_states, expert_problems, expert_report, first_constant_speed_collision
-from scenarios.expert import Obstacles, drive, plan_speed
+from scenarios.checks import (
+    MUST_COLLIDE,
+    constant_speed_states,
+    expert_checks,
+    expert_replay,
+    window_accelerations,
+)
+from scenarios.drive import ReactiveDrive, reactive_drive
 from scenarios.format import (
     DEFAULT_DT,
     DEFAULT_HORIZON,
@@ -58,19 +76,25 @@ from scenarios.format import (
     StaticObstacle,
     Track,
 )
+from scenarios.garage import ProceduralGarage, street_layout
 from scenarios.io import save
-from scenarios.kinds import DRAFTS, Draft, Garage
+from scenarios.kinds import TRAFFIC, Draft, Garage
+from scenarios.places import PLACES, Place
+from scenarios.reactive import DEFAULT_SETTINGS, JOIN, STATIC, YIELD, ReactiveScene
 from sim import procedural
 from sim.collision import StaticIndex
 from sim.files import atomic_write
+from sim.geometry import project_to_polyline
 from sim.ply import save_ply
 
 log = logging.getLogger("scenarios.generate")
 
 SEEDS_PER_SUITE = 1_000_000
 SUITE_SEED_BASE = {"train": 0, "val": 1_000_000, "test": 2_000_000}
-MAX_ATTEMPTS = 40
+MAX_TRAFFIC_ATTEMPTS = 30  # traffic draws per variant before its place is redrawn
+MAX_PLACE_ATTEMPTS = 4  # place draws per place seed before generation gives up
 DEFAULT_GAUSSIANS = 100_000
+MANIFEST_VERSION = 2
 
 
 def suite_seed_base(suite: str) -> int:
@@ -80,26 +104,43 @@ def suite_seed_base(suite: str) -> int:
     return 10_000_000 + SEEDS_PER_SUITE * (zlib.crc32(suite.encode()) % 1000)
 
 
-def scenario_id(suite: str, kind: str, seed: int) -> str:
+def place_id(suite: str, kind: str, seed: int) -> str:
+    """The id of a place (and the name of its background PLY): ``<suite>-<kind>-<seed:08d>``."""
     return f"{suite}-{kind}-{seed:08d}"
 
 
-# -- planning --------------------------------------------------------------------------------------
+def scenario_id(suite: str, kind: str, seed: int, variant: int = 0) -> str:
+    """The id of traffic variant ``variant`` on a place: ``<place id>-<variant:02d>``."""
+    return f"{place_id(suite, kind, seed)}-{variant:02d}"
+
+
+def suite_plan(count: int, seed: int, kinds: tuple[str, ...], variants: int) -> list[tuple[str, int, int]]:
+    """The scenarios of a run, in order: (kind, place index within the run, variant). Scenario i is
+    variant i // P of place i % P, P = ceil(count / variants) places; place j has kind kinds[j % K]."""
+    places = math.ceil(count / variants)
+    return [(kinds[(i % places) % len(kinds)], i % places, i // places) for i in range(count)]
+
+
+# -- one scenario ------------------------------------------------------------------------------------
 
 
 @dataclass
 class Planned:
-    """A planned scenario: its Scenario (scene paths not yet written) and the draft it came from."""
+    """A planned variant: its Scenario (scene paths placeholders until written), draft and drive."""
 
     scenario: Scenario
     draft: Draft
+    drive: ReactiveDrive
     attempts: int
+
+
+class TrafficExhausted(RuntimeError):
+    """No traffic draw of a variant passed the checks in MAX_TRAFFIC_ATTEMPTS."""
 
 
 def assemble(draft: Draft, states: np.ndarray, sid: str, horizon: int, dt: float, tags: dict) -> Scenario:
     """The Scenario of a draft and its expert drive states [horizon + 1 + LABEL_STEPS, 4]; the scene
-    files are placeholders until :func:`write_scenario` builds them."""
-    ego = EgoSpec()
+    files are placeholders until :func:`write_place` builds them."""
     T = len(states)
     poses = np.stack([states[:, 0], states[:, 1], np.zeros(T), states[:, 2]], axis=1)
     expert = Track(np.arange(T) * dt, poses, states[:, 3].copy())
@@ -112,285 +153,199 @@ def assemble(draft: Draft, states: np.ndarray, sid: str, horizon: int, dt: float
     )
     assets = {a.asset: Path(f"assets/{a.asset}.ply") for a in draft.agents if a.asset}
     return Scenario(
-        id=sid,
-        dt=dt,
-        horizon=horizon,
-        scene=SceneFiles(Path(f"backgrounds/{sid}.ply"), assets),
+        id=sid, dt=dt, horizon=horizon, scene=SceneFiles(Path("backgrounds/pending.ply"), assets),
         map=MapData(tuple(draft.net.lanes), tuple(np.asarray(c.polyline, float) for c in draft.net.edges)),
-        ego=ego,
-        expert=expert,
-        route=tuple(draft.route),
-        agents=agents,
-        static_obstacles=obstacles,
-        rig=RigSpec(),
-        tags=tags,
-        render_distance=DEFAULT_RENDER_DISTANCE,
-    )
+        ego=EgoSpec(), expert=expert, route=tuple(draft.route), agents=agents, static_obstacles=obstacles,
+        rig=RigSpec(), tags=tags, render_distance=DEFAULT_RENDER_DISTANCE,
+    )  # fmt: skip
 
 
-def difficulty(scenario: Scenario, report: dict, draft: Draft) -> str:
-    """easy / medium / hard: from how hard the expert brakes, how soon the constant-speed driver
-    would collide, and (lane keeping) how tight the curve is."""
-    _, step = first_constant_speed_collision(scenario, along_route=draft.must_collide == "route")
-    ttc = np.inf if step is None or draft.must_collide is None else step * scenario.dt
-    radius = draft.params.get("radius", np.inf)
-    # braking over 0.5 s windows: single steps carry the bins' +-1 m/s^2 quantisation
-    v = scenario.expert.speed[: scenario.horizon + 1]
-    decel = float(max(np.max(v[:-5] - v[5:]) / 0.5, 0.0))
-    if decel >= 1.75 or ttc < 4.0 or radius < 60.0:
+HARD_DECEL, MEDIUM_DECEL = 3.0, 1.5  # m/s^2 of the expert's braking over 0.5 s
+HARD_TTC, MEDIUM_TTC = 1.5, 3.0  # s: the expert's least time to collision with a moving car ahead
+HARD_RADIUS, MEDIUM_RADIUS = 60.0, 100.0  # m: curves
+MEDIUM_NUDGE = 1.0  # m: sideways around an obstacle
+
+
+def difficulty(scenario: Scenario, drive: ReactiveDrive, radius: float = np.inf) -> str:
+    """easy / medium / hard, from what the reactive expert had to do. Hard: it braked at >= 3 m/s^2
+    (over 0.5 s), or came within 1.5 s of collision with a moving car ahead (its time to collision at the
+    closing speed), or the curve is tighter than 60 m. Medium: braking >= 1.5 m/s^2, within 3 s, a
+    yield (to a crossing, merging or cutting-in car, or an obstacle it could not pass) that set its speed,
+    a nudge of >= 1 m around an obstacle, or a curve under 100 m. Easy: none of these."""
+    H = scenario.horizon
+    states = drive.states[: H + 1]
+    decel = float(max(-window_accelerations(states[:, 3], scenario.dt).min(initial=0.0), 0.0))
+    ttc = float(drive.ttc[:H].min(initial=np.inf))
+    yielded = bool(np.isin(drive.mode[:H], (YIELD, JOIN, STATIC)).any())
+    _, lat, _ = project_to_polyline(states[:, :2], scenario.map.route_polyline(scenario.route))
+    nudged = scenario.static_obstacles and float(np.abs(lat).max()) >= MEDIUM_NUDGE
+    if decel >= HARD_DECEL or ttc < HARD_TTC or radius < HARD_RADIUS:
         return "hard"
-    if decel >= 0.9 or ttc < 6.0 or radius < 100.0:
+    if decel >= MEDIUM_DECEL or ttc < MEDIUM_TTC or yielded or nudged or radius < MEDIUM_RADIUS:
         return "medium"
     return "easy"
-
-
-def plan_scenario(
-    kind: str,
-    seed: int,
-    suite: str,
-    garage: Garage,
-    horizon: int = DEFAULT_HORIZON,
-    dt: float = DEFAULT_DT,
-    first_attempt: int = 0,
-) -> Planned:
-    """Draw, plan, drive and check one scenario of ``kind`` from ``seed``; redraw (attempt 1, 2, ...)
-    until every check of ``scenarios.checks.expert_problems`` passes. Deterministic in (kind, seed)."""
-    if kind not in DRAFTS:
-        raise ValueError(f"unknown scenario kind {kind!r}; kinds are {', '.join(KINDS)}")
-    kind_index = KINDS.index(kind)
-    sid = scenario_id(suite, kind, seed)
-    problems: list[str] = []
-    for attempt in range(first_attempt, first_attempt + MAX_ATTEMPTS):
-        rng = np.random.default_rng([seed, kind_index, attempt])
-        draft = DRAFTS[kind](rng, garage, horizon, dt)
-        obstacles = Obstacles(
-            np.stack([a.poses for a in draft.agents]) if draft.agents else np.zeros((0, horizon + 1, 4)),
-            np.stack([a.size for a in draft.agents]) if draft.agents else np.zeros((0, 3)),
-            np.stack([a.present for a in draft.agents]) if draft.agents else np.zeros((0, horizon + 1), bool),
-            np.stack([o.pose for o in draft.obstacles]) if draft.obstacles else np.zeros((0, 4)),
-            np.stack([o.size for o in draft.obstacles]) if draft.obstacles else np.zeros((0, 3)),
-        )
-        steps = horizon + LABEL_STEPS  # the drive has horizon + 1 + LABEL_STEPS states
-        n_plan = steps + 1 + LABEL_STEPS
-        plan = plan_speed(draft.path, draft.v0, draft.v_cruise, EgoSpec(), obstacles, dt, n_plan, rng)
-        if plan.collisions:
-            problems = [f"no collision-free speed plan ({plan.collisions} steps in collision)"]
-            log.debug("%s attempt %d: %s", sid, attempt, problems[0])
-            continue
-        d = drive(draft.path, plan.s, draft.v0, EgoSpec(), dt, steps)
-        tags: dict[str, str | int | float | bool] = {"kind": kind, "suite": suite, "seed": int(seed)}
-        scenario = assemble(draft, d.states, sid, horizon, dt, tags)
-        problems = expert_problems(scenario, draft.must_collide or None)
-        if problems:
-            log.debug("%s attempt %d: %s", sid, attempt, "; ".join(problems))
-            continue
-        report = expert_report(scenario)
-        tags["difficulty"] = difficulty(scenario, report, draft)
-        tags["attempt"] = attempt
-        for k, v in draft.params.items():
-            tags[k] = round(float(v), 3) if isinstance(v, (float, np.floating)) else v
-        return Planned(replace(scenario, tags=tags), draft, attempt + 1)
-    raise RuntimeError(f"{sid}: no valid scenario in {MAX_ATTEMPTS} draws; last problems: {'; '.join(problems)}")
-
-
-# -- assets and backgrounds -----------------------------------------------------------------------
-
-# vehicle kinds of moving traffic, with how often they appear
-TRAFFIC_MIX = {"sedan": 0.32, "hatchback": 0.2, "suv": 0.25, "van": 0.12, "truck": 0.07, "bus": 0.04}
-PARKED_KINDS = ("sedan", "hatchback", "suv", "van")
-# body colours (linear RGB) by name; an asset is "<kind>_<colour>", shared by every scenario of a folder
-PAINTS = {
-    "white": (0.82, 0.82, 0.80),
-    "black": (0.03, 0.03, 0.035),
-    "silver": (0.52, 0.53, 0.55),
-    "grey": (0.22, 0.23, 0.24),
-    "red": (0.55, 0.04, 0.03),
-    "blue": (0.05, 0.14, 0.45),
-    "green": (0.06, 0.25, 0.10),
-    "yellow": (0.80, 0.60, 0.08),
-}
-
-
-class ProceduralGarage:
-    """Vehicles and props from ``sim.procedural``: sizes for planning, clouds for writing assets."""
-
-    def __init__(self):
-        self._sizes: dict[str, np.ndarray] = {}
-
-    def size(self, kind: str) -> np.ndarray:
-        """[3] (length, width, height) m of a vehicle kind or a prop kind."""
-        if kind not in self._sizes:
-            if kind in procedural.VEHICLE_KINDS:
-                self._sizes[kind] = np.asarray(procedural.build_vehicle(kind, None, 0)[1], dtype=np.float64)
-            else:
-                self._sizes[kind] = np.asarray(procedural.build_prop(kind, 0)[1], dtype=np.float64)
-        return self._sizes[kind]
-
-    def pick_vehicle(self, rng: np.random.Generator) -> tuple[str, np.ndarray]:
-        kinds = list(TRAFFIC_MIX)
-        p = np.array([TRAFFIC_MIX[k] for k in kinds])
-        kind = kinds[int(rng.choice(len(kinds), p=p / p.sum()))]
-        colour = list(PAINTS)[int(rng.integers(len(PAINTS)))]
-        return f"{kind}_{colour}", self.size(kind)
-
-    def parked(self, rng: np.random.Generator, barrier: bool) -> tuple[str, np.ndarray]:
-        kind = "barrier" if barrier else PARKED_KINDS[int(rng.integers(len(PARKED_KINDS)))]
-        return kind, self.size(kind)
-
-    def asset_cloud(self, name: str):
-        """The GaussianCloud of asset ``<kind>_<colour>`` (deterministic in the name)."""
-        kind, _, colour = name.partition("_")
-        if kind not in procedural.VEHICLE_KINDS or colour not in PAINTS:
-            raise ValueError(f"unknown asset {name!r}: expected <vehicle kind>_<colour>")
-        return procedural.build_vehicle(kind, PAINTS[colour], zlib.crc32(name.encode()))[0]
-
-    def garage(self) -> Garage:
-        return Garage(self.pick_vehicle, self.parked)
-
-
-_MARKING_KIND = {
-    ("solid", "white"): "solid_white",
-    ("dashed", "white"): "dashed_white",
-    ("solid", "yellow"): "solid_yellow",
-    ("double", "yellow"): "double_yellow",
-    ("stop_line", "white"): "stop_line",
-}
-
-
-def simplify_polyline(p: np.ndarray, tol: float = 0.02) -> np.ndarray:
-    """Douglas-Peucker: the vertices of polyline p [M, 2] needed to stay within ``tol`` metres of it
-    (a straight road keeps its two ends). The map keeps 1 m vertices; the background builder's cost
-    grows with the vertex count, not with the shape."""
-    p = np.asarray(p, dtype=np.float64)
-    keep = np.zeros(len(p), dtype=bool)
-    keep[[0, -1]] = True
-    stack = [(0, len(p) - 1)]
-    while stack:
-        i, j = stack.pop()
-        if j <= i + 1:
-            continue
-        a, b = p[i], p[j]
-        ab = b - a
-        L = np.hypot(*ab)
-        q = p[i + 1 : j] - a
-        d = np.abs(ab[0] * q[:, 1] - ab[1] * q[:, 0]) / L if L > 0 else np.hypot(q[:, 0], q[:, 1])
-        k = int(np.argmax(d))
-        if d[k] > tol:
-            m = i + 1 + k
-            keep[m] = True
-            stack += [(i, m), (m, j)]
-    return p[keep]
-
-
-def street_layout(draft: Draft):
-    """The ``sim.procedural.StreetLayout`` of a draft: road strips, lane markings from the lane
-    boundaries, curbs as road edges, and the static obstacles as props (baked into the background)."""
-    net = draft.net
-    simple = simplify_polyline
-    marks = [
-        procedural.Marking(simple(st.polyline), _MARKING_KIND[(st.style, st.color)])
-        for st in net.stripes
-        if len(st.polyline) >= 2 and np.linalg.norm(st.polyline[-1] - st.polyline[0]) > 0.5
-    ]
-    return procedural.StreetLayout(
-        roads=tuple(procedural.RoadSurface(simple(st.centerline), st.width) for st in net.strips),
-        markings=tuple(marks),
-        edges=tuple(procedural.RoadEdge(simple(c.polyline), c.outward) for c in net.edges),
-        props=tuple(
-            procedural.Prop(o.prop, float(o.pose[0]), float(o.pose[1]), float(o.pose[3])) for o in draft.obstacles
-        ),
-    )
 
 
 STATIC_LIFT = 0.3  # m: the env's static query box starts this high (curbs, paint stay below)
 STATIC_MIN_GAUSSIANS = 8  # the env's default count for a static collision
 
 
-def static_problems(scenario: Scenario, background, draft: Draft) -> list[str]:
-    """Static-Gaussian checks, as the env queries them: the expert's (lifted) box finds none along its
-    drive; each static obstacle's box holds its baked Gaussians; a parked obstacle is hit by the
-    constant-speed driver through the Gaussians too."""
-    index = StaticIndex.from_cloud(background)
+def _box_counts(index: StaticIndex, scenario: Scenario, states: np.ndarray) -> np.ndarray:
+    """Static Gaussians in the env's lifted ego box at each of states [S, 4]."""
     ego = scenario.ego
-    size = np.array([ego.length, ego.width, ego.height - STATIC_LIFT])
+    yaw = states[:, 2]
+    c = states[:, :2] + ego.center_offset * np.stack([np.cos(yaw), np.sin(yaw)], 1)
+    centers = np.concatenate([c, np.full((len(c), 1), STATIC_LIFT)], 1)
+    return index.count_in_boxes(centers, np.array([ego.length, ego.width, ego.height - STATIC_LIFT]), yaw)
 
-    def counts(states):
-        yaw = states[:, 2]
-        c = states[:, :2] + ego.center_offset * np.stack([np.cos(yaw), np.sin(yaw)], 1)
-        centers = np.concatenate([c, np.full((len(c), 1), STATIC_LIFT)], 1)
-        return index.count_in_boxes(centers, size, yaw)
 
+def static_problems(scenario: Scenario, index: StaticIndex, must_collide: str | None) -> list[str]:
+    """Static-Gaussian checks of a variant, as the env queries them: neither the expert's (lifted) box
+    nor its labels' replay meets any; a parked obstacle is hit by the constant-speed driver through its
+    Gaussians too."""
     out = []
-    n = counts(scenario.expert.states())
-    if (n >= STATIC_MIN_GAUSSIANS).any():
-        k = int(np.argmax(n >= STATIC_MIN_GAUSSIANS))
-        out.append(f"the expert's box meets {int(n[k])} static Gaussians at step {k}")
-    for o in scenario.static_obstacles:
-        sz = np.asarray(o.size, float) - [0.0, 0.0, STATIC_LIFT]
-        m = index.count_in_box([o.pose[0], o.pose[1], STATIC_LIFT], sz, float(o.pose[3]))
-        if m < STATIC_MIN_GAUSSIANS:
-            out.append(f"static obstacle {o.id!r}: only {m} Gaussians in its box")
-    if draft.must_collide == "static":
-        if not (counts(constant_speed_states(scenario)) >= STATIC_MIN_GAUSSIANS).any():
+    H = scenario.horizon
+    for what, states in (("expert", scenario.expert.states()[: H + 1]), ("replay", expert_replay(scenario))):
+        n = _box_counts(index, scenario, states)
+        if (n >= STATIC_MIN_GAUSSIANS).any():
+            k = int(np.argmax(n >= STATIC_MIN_GAUSSIANS))
+            out.append(f"the {what}'s box meets {int(n[k])} static Gaussians at step {k}")
+    if must_collide == "static":
+        if not (_box_counts(index, scenario, constant_speed_states(scenario)) >= STATIC_MIN_GAUSSIANS).any():
             out.append("the constant-speed driver meets no static Gaussians")
     return out
 
 
-# -- writing ---------------------------------------------------------------------------------------
+def plan_traffic(
+    place: Place, seed: int, variant: int, suite: str, garage: Garage, horizon: int = DEFAULT_HORIZON,
+    dt: float = DEFAULT_DT, place_attempt: int = 0, index: StaticIndex | None = None,
+    rejections: Counter | None = None,
+) -> Planned:  # fmt: skip
+    """Draw traffic variant ``variant`` on ``place``, drive it with the reactive expert and check it;
+    redraw (attempt 1, 2, ...) until every check passes (with ``index``, the static-Gaussian ones too).
+    Each failed draw adds 1 to ``rejections[reason]`` per reason. Deterministic in (place seed,
+    place attempt, variant)."""
+    kind = place.kind
+    k = KINDS.index(kind)
+    sid = scenario_id(suite, kind, seed, variant)
+    must = MUST_COLLIDE.get(kind, "route" if kind == "merge" else None)
+    nudge = DEFAULT_SETTINGS.max_nudge if place.obstacles else 0.0
+    problems: dict[str, str] = {}
+    for attempt in range(MAX_TRAFFIC_ATTEMPTS):
+        rng = np.random.default_rng([seed, k, place_attempt, 1000 + variant, attempt])
+        draft = TRAFFIC[kind](place, rng, garage, horizon, dt)
+        x0 = draft.start_state()
+        tags: dict[str, str | int | float | bool] = {"kind": kind, "suite": suite, "seed": int(seed)}
+        scene = ReactiveScene.of(assemble(draft, np.tile(x0, (horizon + 1, 1)), sid, horizon, dt, tags))
+        d = reactive_drive(scene, x0, horizon + LABEL_STEPS)
+        scenario = assemble(draft, d.states, sid, horizon, dt, tags)
+        problems = expert_checks(scenario, must, nudge)
+        if not problems and index is not None:
+            found = static_problems(scenario, index, must)
+            problems = {"static_gaussians": "; ".join(found)} if found else {}
+        if problems:
+            log.debug("%s attempt %d: %s", sid, attempt, "; ".join(problems.values()))
+            if rejections is not None:
+                rejections.update(problems.keys())
+            continue
+        tags.update(place=place_id(suite, kind, seed), variant=int(variant), attempt=attempt)
+        tags["difficulty"] = difficulty(scenario, d, float(place.params.get("radius", np.inf)))
+        for key, v in {**place.params, **draft.params}.items():
+            tags[key] = round(float(v), 3) if isinstance(v, (float, np.floating)) else v
+        return Planned(replace(scenario, tags=tags), draft, d, attempt + 1)
+    last = "; ".join(problems.values())
+    raise TrafficExhausted(f"{sid}: no traffic passed in {MAX_TRAFFIC_ATTEMPTS} draws; last: {last}")
 
 
-def write_scenario(planned: Planned, out: Path, shop: ProceduralGarage, gaussians: int) -> tuple[Scenario, list[str]]:
-    """Build and write the background PLY, missing asset PLYs and the scenario JSON into ``out``.
-
-    Returns (the scenario as written, static problems); with problems nothing but the PLYs is written.
-    """
-    sc, draft = planned.scenario, planned.draft
-    bg = procedural.build_background(street_layout(draft), zlib.crc32(sc.id.encode()), int(gaussians))
-    problems = static_problems(sc, bg, draft)
-    if problems:
-        return sc, problems
-    bg_path = out / "backgrounds" / f"{sc.id}.ply"
-    bg_path.parent.mkdir(parents=True, exist_ok=True)
-    save_ply(bg, bg_path)
-    assets = {}
-    for name in sorted({a.asset for a in sc.agents if a.asset}):
-        p = out / "assets" / f"{name}.ply"
-        if not p.is_file():  # shared by name; a concurrent writer's atomic rename wins, same bytes
-            p.parent.mkdir(parents=True, exist_ok=True)
-            save_ply(shop.asset_cloud(name), p)
-        assets[name] = p
-    sc = replace(sc, scene=SceneFiles(bg_path, assets))
-    save(sc, out / f"{sc.id}.json")
-    return sc, []
+# -- one place and its variants ------------------------------------------------------------------------
 
 
-def generate_one(
-    kind: str, seed: int, suite: str, out: Path, gaussians: int, horizon: int = DEFAULT_HORIZON, shop=None
-) -> Scenario:
-    """Plan, check, build and write one scenario (see the module docstring). Deterministic."""
+def obstacle_problems(place: Place, index: StaticIndex) -> list[str]:
+    """Each static obstacle's box holds its baked Gaussians (where the env's query finds them)."""
+    out = []
+    for o in place.obstacles:
+        sz = np.asarray(o.size, float) - [0.0, 0.0, STATIC_LIFT]
+        m = index.count_in_box([o.pose[0], o.pose[1], STATIC_LIFT], sz, float(o.pose[3]))
+        if m < STATIC_MIN_GAUSSIANS:
+            out.append(f"static obstacle {o.id!r}: only {m} Gaussians in its box")
+    return out
+
+
+def generate_place(
+    kind: str, seed: int, variants, suite: str, out: Path, gaussians: int, horizon: int = DEFAULT_HORIZON,
+    shop: ProceduralGarage | None = None,
+) -> dict:  # fmt: skip
+    """Draw and build one place, plan its traffic ``variants`` (variant numbers), write its background,
+    assets and scenario files into ``out``. Returns {"place": id, "attempts": n, "rejections": {reason:
+    n}, "scenarios": [{"id", "variant", "difficulty", "attempts"}]}. Deterministic."""
     shop = shop or ProceduralGarage()
-    first = 0
-    for _ in range(4):
-        planned = plan_scenario(kind, seed, suite, shop.garage(), horizon, first_attempt=first)
-        sc, problems = write_scenario(planned, Path(out), shop, gaussians)
-        if not problems:
-            return sc
-        log.info("%s: redrawing after static checks: %s", sc.id, "; ".join(problems))
-        first = int(sc.tags["attempt"]) + 1
-    raise RuntimeError(f"{scenario_id(suite, kind, seed)}: static checks keep failing: {'; '.join(problems)}")
+    if kind not in PLACES:
+        raise ValueError(f"unknown scenario kind {kind!r}; kinds are {', '.join(KINDS)}")
+    pid = place_id(suite, kind, seed)
+    rejections: Counter = Counter()
+    why = ""
+    for place_attempt in range(MAX_PLACE_ATTEMPTS):
+        place = PLACES[kind](np.random.default_rng([seed, KINDS.index(kind), place_attempt]), shop.garage())
+        bg = procedural.build_background(street_layout(place.net, place.obstacles), zlib.crc32(pid.encode()), gaussians)
+        index = StaticIndex.from_cloud(bg)
+        problems = obstacle_problems(place, index)
+        if problems:
+            rejections["place_obstacle_gaussians"] += 1
+            why = "; ".join(problems)
+            continue
+        try:
+            garage = shop.garage()
+            planned = [
+                plan_traffic(place, seed, v, suite, garage, horizon, DEFAULT_DT, place_attempt, index, rejections)
+                for v in variants
+            ]
+        except TrafficExhausted as e:
+            rejections["place_traffic"] += 1
+            why = str(e)
+            continue
+        write_place(planned, bg, pid, Path(out), shop)
+        return {
+            "place": pid,
+            "attempts": place_attempt + 1,
+            "rejections": dict(rejections),
+            "scenarios": [
+                {"id": p.scenario.id, "variant": int(p.scenario.tags["variant"]),
+                 "difficulty": str(p.scenario.tags["difficulty"]), "attempts": p.attempts}
+                for p in planned
+            ],
+        }  # fmt: skip
+    raise RuntimeError(f"{pid}: no valid place in {MAX_PLACE_ATTEMPTS} draws; last: {why}")
 
 
-# -- a suite ---------------------------------------------------------------------------------------
+def write_place(planned: list[Planned], background, pid: str, out: Path, shop: ProceduralGarage) -> None:
+    """Write the place's background PLY, missing asset PLYs and each variant's scenario JSON into ``out``."""
+    bg_path = out / "backgrounds" / f"{pid}.ply"
+    bg_path.parent.mkdir(parents=True, exist_ok=True)
+    save_ply(background, bg_path)
+    for p in planned:
+        sc = p.scenario
+        assets = {}
+        for name in sorted({a.asset for a in sc.agents if a.asset}):
+            path = out / "assets" / f"{name}.ply"
+            if not path.is_file():  # shared by name; a concurrent writer's atomic rename wins, same bytes
+                path.parent.mkdir(parents=True, exist_ok=True)
+                save_ply(shop.asset_cloud(name), path)
+            assets[name] = path
+        save(replace(sc, scene=SceneFiles(bg_path, assets)), out / f"{sc.id}.json")
 
-Job = tuple[str, int, str, str, int, int]  # (kind, seed, suite, out folder, gaussians, horizon)
+
+# -- a suite -----------------------------------------------------------------------------------------
+
+Job = tuple[str, int, list[int], str, str, int, int]  # (kind, place seed, variants, suite, out, gaussians, horizon)
 
 
-def run_job(job: Job, shop: ProceduralGarage | None = None) -> tuple[str, str, float]:
-    """Generate one scenario of a suite: (scenario id, difficulty, seconds)."""
-    kind, seed, suite, out, gaussians, horizon = job
+def run_job(job: Job, shop: ProceduralGarage | None = None) -> dict:
+    """Generate one place of a suite: :func:`generate_place`'s result and its seconds."""
+    kind, seed, variants, suite, out, gaussians, horizon = job
     t0 = time.perf_counter()
-    sc = generate_one(kind, int(seed), suite, Path(out), int(gaussians), int(horizon), shop)
-    return sc.id, str(sc.tags.get("difficulty", "")), time.perf_counter() - t0
+    r = generate_place(kind, int(seed), list(variants), suite, Path(out), int(gaussians), int(horizon), shop)
+    r["seconds"] = round(time.perf_counter() - t0, 2)
+    return r
 
 
 def generate_suite(
@@ -404,63 +359,83 @@ def generate_suite(
     workers: int = 1,
     progress: bool = True,
     on_scenario: Callable[[int, int], None] | None = None,
+    variants: int = 1,
 ) -> list[Path]:
-    """Generate ``count`` scenarios into ``out``: scenario i has kind ``kinds[i % len(kinds)]`` and
-    seed ``suite_seed_base(suite) + seed + i``. ``workers`` processes share the work (0: one per CPU,
-    at most 4; more than one: ``python -m scenarios.generate --worker`` subprocesses, see the module
-    docstring); the result does not depend on it. ``on_scenario(done, count)`` is called as each
-    scenario is written. Writes ``out/suite.yaml`` (what was generated, how) last. Returns the
-    scenario files, in scenario order."""
+    """Generate ``count`` scenarios into ``out``: ``ceil(count / variants)`` places, place j of kind
+    ``kinds[j % len(kinds)]`` with seed ``suite_seed_base(suite) + seed + j``, and up to ``variants``
+    traffic variants on each (order: :func:`suite_plan`). ``workers`` processes share the places (0: one
+    per CPU, at most 4; more than one: ``python -m scenarios.generate --worker`` subprocesses, see the
+    module docstring); the result does not depend on it. ``on_scenario(done, count)`` is called as
+    scenarios are written. Writes ``out/suite.yaml`` (what was generated, how, and every rejected draw by
+    reason) last. Returns the scenario files, in scenario order."""
     kinds = tuple(kinds)
     bad = [k for k in kinds if k not in KINDS]
     if bad or not kinds:
         raise ValueError(f"unknown scenario kinds {bad}; kinds are {', '.join(KINDS)}")
-    if count < 1:
-        raise ValueError(f"count must be >= 1, got {count}")
-    if not 0 <= seed or seed + count > SEEDS_PER_SUITE:
+    if count < 1 or variants < 1:
+        raise ValueError(f"count and variants must be >= 1, got {count}, {variants}")
+    n_places = math.ceil(count / variants)
+    if not 0 <= seed or seed + n_places > SEEDS_PER_SUITE:
         raise ValueError(
-            f"seed + count must stay within [0, {SEEDS_PER_SUITE}] (a suite's seed range), got {seed}+{count}"
+            f"seed + places must stay within [0, {SEEDS_PER_SUITE}] (a suite's seed range), got {seed}+{n_places}"
         )
     if gaussians < 1000:
         raise ValueError(f"gaussians must be >= 1000 per background, got {gaussians}")
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     base = suite_seed_base(suite)
+    plan = suite_plan(count, seed, kinds, variants)
     jobs: list[Job] = [
-        (kinds[i % len(kinds)], base + seed + i, suite, str(out), int(gaussians), int(horizon)) for i in range(count)
-    ]
+        (kinds[j % len(kinds)], base + seed + j, sorted(v for _, p, v in plan if p == j), suite, str(out),
+         int(gaussians), int(horizon))
+        for j in range(n_places)
+    ]  # fmt: skip
     if workers <= 0:
         workers = min(os.cpu_count() or 1, 4)
-    workers = min(workers, count)
+    workers = min(workers, len(jobs))
     t0 = time.perf_counter()
-    results: dict[int, tuple[str, str, float]] = {}
+    results: dict[int, dict] = {}
     bar = _progress(count, progress)
     if workers > 1:
         finished = _in_subprocesses(jobs, workers)
     else:
         shop = ProceduralGarage()
         finished = ((i, run_job(j, shop)) for i, j in enumerate(jobs))
+    done = 0
     for i, r in finished:
         results[i] = r
+        done += len(r["scenarios"])
         bar(r)
         if on_scenario is not None:
-            on_scenario(len(results), count)
+            on_scenario(done, count)
     bar(None)
-    ordered = [results[i] for i in range(count)]
     elapsed = time.perf_counter() - t0
+    by_id = {s["id"]: (s, results[j]) for j in results for s in results[j]["scenarios"]}
+    ids = [scenario_id(suite, kinds[p % len(kinds)], base + seed + p, v) for _, p, v in plan]
+    rejections: Counter = Counter()
+    by_kind: dict[str, Counter] = {}
+    for j, r in sorted(results.items()):
+        rejections.update(r["rejections"])
+        by_kind.setdefault(jobs[j][0], Counter()).update(r["rejections"])
     manifest = {
-        "format_version": 1,
+        "format_version": MANIFEST_VERSION,
         "suite": suite,
-        "seed_range": [base + seed, base + seed + count - 1],
+        "seed_range": [base + seed, base + seed + n_places - 1],
         "kinds": list(kinds),
+        "variants": int(variants),
         "gaussians": int(gaussians),
         "horizon": int(horizon),
         "generated_in_s": round(elapsed, 1),
-        "scenarios": [{"id": i, "difficulty": d, "seconds": round(s, 2)} for i, d, s in ordered],
-    }
+        "rejections": {"total": int(sum(rejections.values())), "by_reason": dict(sorted(rejections.items())),
+                       "by_kind": {k: dict(sorted(c.items())) for k, c in sorted(by_kind.items())}},
+        "places": [{"id": r["place"], "kind": jobs[j][0], "seed": jobs[j][1], "attempts": r["attempts"],
+                    "seconds": r["seconds"]} for j, r in sorted(results.items())],
+        "scenarios": [{"id": i, "place": by_id[i][1]["place"], "variant": by_id[i][0]["variant"],
+                       "difficulty": by_id[i][0]["difficulty"], "attempts": by_id[i][0]["attempts"]} for i in ids],
+    }  # fmt: skip
     atomic_write(out / "suite.yaml", yaml.safe_dump(manifest, sort_keys=False))
-    log.info("%d scenarios in %.1f s -> %s", count, elapsed, out)
-    return [out / f"{i}.json" for i, _, _ in ordered]
+    log.info("%d scenarios on %d places in %.1f s -> %s", count, n_places, elapsed, out)
+    return [out / f"{i}.json" for i in ids]
 
 
 # -- workers: fresh interpreters, never multiprocessing children ----------------------------------------
@@ -499,7 +474,7 @@ def _in_subprocesses(jobs: list[Job], workers: int):
         while running:
             kind, w, payload = done.get()
             if kind == "result":
-                yield payload["index"], (payload["id"], payload["difficulty"], payload["seconds"])
+                yield payload["index"], payload["result"]
                 continue
             running -= 1
             proc, err = procs[w]
@@ -528,7 +503,7 @@ def _read_worker(w: int, proc: subprocess.Popen, done: queue.Queue) -> None:
 
 def serve_jobs(stdin=None, stdout=None) -> int:
     """The worker side (``python -m scenarios.generate --worker``): read ``{"parent": pid, "jobs":
-    [[index, job], ...]}`` from stdin, generate each, write one JSON line per finished scenario.
+    [[index, job], ...]}`` from stdin, generate each place, write one JSON line per finished place.
     Stops early if the parent that started it has gone."""
     stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
     spec = json.load(stdin)
@@ -537,14 +512,13 @@ def serve_jobs(stdin=None, stdout=None) -> int:
         if os.getppid() != spec["parent"]:
             log.warning("scenario generation: parent process %s is gone; stopping", spec["parent"])
             return 1
-        sid, diff, seconds = run_job(tuple(job), shop)
-        stdout.write(json.dumps({"index": index, "id": sid, "difficulty": diff, "seconds": seconds}) + "\n")
+        stdout.write(json.dumps({"index": index, "result": run_job(tuple(job), shop)}) + "\n")
         stdout.flush()
     return 0
 
 
 def _progress(total: int, enabled: bool):
-    """A callback that advances a tqdm bar (stderr) per finished scenario; None closes it."""
+    """A callback that advances a tqdm bar (stderr) by a finished place's scenarios; None closes it."""
     if not enabled:
         return lambda r: None
     bar = tqdm(total=total, unit="scenario", desc="generating", file=sys.stderr, dynamic_ncols=True)
@@ -553,7 +527,7 @@ def _progress(total: int, enabled: bool):
         if r is None:
             bar.close()
             return
-        bar.set_postfix_str(f"{r[0]} ({r[2]:.1f} s)")
-        bar.update(1)
+        bar.set_postfix_str(f"{r['place']} ({r['seconds']:.1f} s)")
+        bar.update(len(r["scenarios"]))
 
     return step

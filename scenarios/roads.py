@@ -4,20 +4,28 @@ lane markings and road surface strips, built from reference lines.
 A road is a reference polyline (its dividing line) with ``n_fwd`` lanes to its right driving along
 it and ``n_back`` lanes to its left driving against it (right-hand traffic). Lane ``{road}_f{i}``
 is the i-th forward lane counted from the divider (its left neighbour is ``f{i-1}``); ``{road}_b{i}``
-the i-th backward lane. All geometry is world xy metres on flat ground (z = 0).
+the i-th backward lane. Every lane of a road has the road's speed limit (m/s). All geometry is world xy
+metres on flat ground (z = 0).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from scenarios.format import Lane
+from scenarios.format import DEFAULT_SPEED_LIMIT, Lane
 from sim.geometry import offset_polyline, resample_polyline
 
 SPACING = 1.0  # metres between centre-line vertices
 SHOULDER = 0.5  # metres of paved shoulder between the outer lane line and the curb
+LIMITS_KMH = (30, 40, 50, 60)  # urban speed limits a generated road draws from ...
+LIMIT_WEIGHTS = (0.2, 0.3, 0.35, 0.15)  # ... this often
+
+
+def draw_limit(rng: np.random.Generator) -> float:
+    """A road's speed limit, m/s: one of ``LIMITS_KMH`` (km/h / 3.6), drawn with ``LIMIT_WEIGHTS``."""
+    return LIMITS_KMH[int(rng.choice(len(LIMITS_KMH), p=LIMIT_WEIGHTS))] / 3.6
 
 
 @dataclass
@@ -125,10 +133,12 @@ def add_road(
     edges: bool = True,
     paint: bool = True,
     divider: str = "double",
+    speed_limit: float = DEFAULT_SPEED_LIMIT,
 ) -> dict[str, str]:
     """Add a road along reference line ``ref`` [M, 2]; returns {"f0": lane id, ..., "b0": ...}.
 
-    Lanes get centre lines, neighbours (same direction) and no successors (link with :func:`link`).
+    Lanes get centre lines, neighbours (same direction), the road's ``speed_limit`` (m/s) and no
+    successors (link with :func:`link`).
     ``edges`` adds curbs on both sides (``SHOULDER`` m outside the outer lanes); ``paint`` adds the
     lane lines (dashed white between lanes of one direction, the divider between directions, solid
     white along the outer lane boundaries).
@@ -143,12 +153,12 @@ def add_road(
         c = offset_polyline(ref, lane_offset(i, True, width))
         left = ids.get(f"f{i - 1}") if i > 0 else None
         right = ids.get(f"f{i + 1}")
-        net.lanes.append(Lane(ids[f"f{i}"], c, width, left, right, ()))
+        net.lanes.append(Lane(ids[f"f{i}"], c, width, left, right, (), speed_limit))
     for i in range(n_back):
         c = offset_polyline(ref, lane_offset(i, False, width))[::-1].copy()
         left = ids.get(f"b{i - 1}") if i > 0 else None
         right = ids.get(f"b{i + 1}")
-        net.lanes.append(Lane(ids[f"b{i}"], c, width, left, right, ()))
+        net.lanes.append(Lane(ids[f"b{i}"], c, width, left, right, (), speed_limit))
     right_edge = offset_polyline(ref, -n_fwd * width - SHOULDER)
     left_edge = offset_polyline(ref, n_back * width + SHOULDER)
     total = n_fwd + n_back
@@ -172,7 +182,7 @@ def link(net: RoadNet, a: str, b: str) -> None:
     """Make lane ``b`` a successor of lane ``a``."""
     la = net.lane(a)
     if b not in la.successors:
-        net.replace(Lane(la.id, la.centerline, la.width, la.left, la.right, (*la.successors, b)))
+        net.replace(replace(la, successors=(*la.successors, b)))
 
 
 def stop_line(ref: np.ndarray, n_fwd: int, width: float, before: float = 1.0) -> Stripe:
@@ -182,3 +192,28 @@ def stop_line(ref: np.ndarray, n_fwd: int, width: float, before: float = 1.0) ->
     n = np.array([-d[1], d[0]])
     p = ref[-1] - before * d
     return Stripe(np.stack([p - n * 0.1, p - n * (n_fwd * width - 0.1)]), "stop_line", "white")
+
+
+def simplify_polyline(p: np.ndarray, tol: float = 0.02) -> np.ndarray:
+    """Douglas-Peucker: the vertices of polyline p [M, 2] needed to stay within ``tol`` metres of it
+    (a straight road keeps its two ends). The map keeps 1 m vertices; the background builder's cost
+    (and the reactive expert's road-edge search) grows with the vertex count, not with the shape."""
+    p = np.asarray(p, dtype=np.float64)
+    keep = np.zeros(len(p), dtype=bool)
+    keep[[0, -1]] = True
+    stack = [(0, len(p) - 1)]
+    while stack:
+        i, j = stack.pop()
+        if j <= i + 1:
+            continue
+        a, b = p[i], p[j]
+        ab = b - a
+        L = np.hypot(*ab)
+        q = p[i + 1 : j] - a
+        d = np.abs(ab[0] * q[:, 1] - ab[1] * q[:, 0]) / L if L > 0 else np.hypot(q[:, 0], q[:, 1])
+        k = int(np.argmax(d))
+        if d[k] > tol:
+            m = i + 1 + k
+            keep[m] = True
+            stack += [(i, m), (m, j)]
+    return p[keep]
