@@ -1,40 +1,50 @@
-"""Built-in suites: small procedural suites generated on first use into a cache, so that
+"""Built-in suites: procedural suites generated on first use into a cache, so that
 ``load_suite("train")`` (and the env's default) works on a fresh machine with no data.
 
-Suites (per kind of ``KINDS``, 100k Gaussians per background, seeds from the suite's own range of
-``scenarios.generation``, so no suite shares a scenario with another):
+Suites (100k Gaussians per background; place seeds from the suite's own range of
+``scenarios.generation``, so no suite shares a background with another):
 
-- ``train``: 6 per kind (42 scenarios), seeds 0..41 of the train range;
-- ``val``: 5 per kind (35), seeds 0..34 of the val range (1,000,000..);
-- ``test``: 10 per kind (70), seeds 0..69 of the test range (2,000,000..).
+- ``train``: 144 scenarios per kind (1,008): 126 places (18 per kind), 8 traffic variants on each;
+- ``val``: 10 per kind (70): 35 places, 2 variants on each;
+- ``test``: 20 per kind (140): 70 places, 2 variants on each.
 
-Why these sizes: with 2 clips per kind the IL policy learns each training clip by heart, drives all
-of them without a collision, and RL then sees no failure to learn from; with 6 per kind it fails on
-some (10-25% of RL episodes collide in the default run), so PPO has a signal. The held-out suites are
-sized to see a change: on 14 clips one clip is 7 points of a rate and the 95 % interval of 4/14 spans
-0.12-0.55; of 21/70 it spans 0.21-0.42, and paired comparisons (``evaluation.stats``) on the same 70
-clips resolve differences of a few clips. Each kind's generator draws its parameters (speeds, gaps,
-curve radii, cut-in timing) per seed, so a suite holds a spread of the difficulty tags easy / medium /
-hard (``scenarios.generation.difficulty``). ``val`` picks checkpoints and settings; ``test`` is only
-for final reports.
+Why these sizes: RAD trained on thousands of clips; 42 clips let an IL policy learn each by heart. A
+background (a place: its roads, speed limits, obstacles, buildings, trees) is ~6.7 MB at 100k Gaussians,
+and most of a clip's build time, so train draws many traffic variants (the ego's lane, start and speed,
+every other road user) per place: 1,008 clips in ~1 GB. The held-out suites are about places train
+never saw (generalisation to new places, as RAD's held-out clips), so they keep few variants per
+place; on 70 clips one clip is 1.4 points of a rate and the 95 % interval of 21/70 spans 0.21-0.42, and
+paired comparisons (``evaluation.stats``) on the same clips resolve differences of a few clips. ``val``
+picks checkpoints and settings; ``test`` is only for final reports. Each kind draws its parameters per
+seed, so a suite holds a spread of the difficulty tags easy / medium / hard
+(``scenarios.generation.difficulty``).
+
+**Shards.** A suite is built in shards, each a complete suite folder of its own (``shard-00``,
+``shard-01``, ...: JSONs, backgrounds, assets and its ``suite.yaml``, written last), built under its own
+lock in a temporary folder and renamed into place: train's 9 shards hold 112 scenarios each (2 places
+per kind, 8 variants), val's one 70, test's two 70 each. Within a shard, scenario i is variant
+i // P of place i % P, so any prefix has every kind in turn. ``load_suite("train:256")`` (a *suite spec*:
+a name, a colon, a count) takes the first 256 scenarios in that order and builds only the shards that hold
+them (here 3); ``load_suite("train")`` builds them all. When every shard is there, the suite's folder gets
+its own ``suite.yaml`` (the shards' manifests summed: places, scenarios, rejected draws by reason).
+:func:`planned_places` lists a suite's places (ids, kinds, seeds) without building anything.
 
 Smaller suites for quick checks: ``SPLATDRIVE_BUILTIN_PER_KIND=1`` and ``SPLATDRIVE_BUILTIN_GAUSSIANS=4000``
 (or the ``per_kind`` / ``gaussians`` arguments) give other suites, cached under their own folder name
-(``builtin-val-v4-1x4000``), never mistaken for the real ones.
+(``builtin-val-v5-1x4000``), never mistaken for the real ones (variants per place: the largest divisor
+of a shard's scenarios per kind up to the suite's).
 
-Cache: ``$SPLATDRIVE_CACHE/scenarios/builtin-<suite>-v<BUILTIN_VERSION>/`` when the variable is set,
-else ``<repo>/.cache/scenarios/...`` (or ``~/.cache/splatdrive/scenarios/...`` outside a checkout).
-A suite is built in a temporary folder beside it and renamed into place when complete, under an
-exclusive lock file: concurrent first uses by several processes build it once, and a crash leaves
-no half-written suite behind (only a ``.tmp-*`` folder, removed by the next build).
+Cache: ``$SPLATDRIVE_CACHE/scenarios/builtin-<suite>-v<BUILTIN_VERSION>/shard-NN/`` when the variable is
+set, else ``<repo>/.cache/scenarios/...`` (or ``~/.cache/splatdrive/scenarios/...`` outside a checkout). A
+crash leaves no half-written shard behind (only a ``.tmp-*`` folder, removed by the next build).
 
-Waiting never hangs: the builder writes its pid, host and progress into the lock file; a process that
-finds the lock taken polls it, logs who holds it, and gives up with :class:`SuiteLockTimeout` (naming
-the holder) once the holder has made no progress for ``SPLATDRIVE_LOCK_TIMEOUT`` seconds (default
-300). A ``multiprocessing`` child that re-runs its parent's main script while the parent builds (a
-script without an ``if __name__ == "__main__":`` guard that starts processes) is refused at once with
-what to do, since its parent would wait for it forever. The builder's own workers are plain
-subprocesses (``scenarios.generation``), which run none of the caller's code.
+Waiting never hangs: the builder writes its pid, host and progress into a shard's lock file
+(``.shard-NN.lock``); a process that finds the lock taken polls it, logs who holds it, and gives up with
+:class:`SuiteLockTimeout` (naming the holder) once the holder has made no progress for
+``SPLATDRIVE_LOCK_TIMEOUT`` seconds (default 300). A ``multiprocessing`` child that re-runs its parent's
+main script while the parent builds (a script without an ``if __name__ == "__main__":`` guard that starts
+processes) is refused at once with what to do, since its parent would wait for it forever. The builder's
+own workers are plain subprocesses (``scenarios.generation``), which run none of the caller's code.
 """
 
 from __future__ import annotations
@@ -42,45 +52,56 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import multiprocessing
 import os
 import shutil
 import socket
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
+
+import yaml
 
 from scenarios import generation
 from scenarios.format import KINDS, Scenario
-from scenarios.io import ScenarioError, load_folder
-from sim.files import cache_dir
+from scenarios.io import ScenarioError, load_files, load_folder
+from sim.files import atomic_write
 
 try:
     import fcntl
-except ImportError:  # pragma: no cover - not POSIX: no lock, the rename into place still keeps a suite whole
+except ImportError:  # pragma: no cover - not POSIX: no lock, the rename into place still keeps a shard whole
     fcntl = None  # type: ignore[assignment]  # no fcntl module off POSIX: _suite_lock checks for None
 
 log = logging.getLogger(__name__)
 
-BUILTIN_VERSION = 4  # bump when generation changes, so caches of older suites are not reused
-BUILTIN_SUITES = {"train": 6, "val": 5, "test": 10}  # scenarios per kind
+BUILTIN_VERSION = 5  # bump when generation changes, so caches of older suites are not reused
+BUILTIN_SUITES = {"train": 144, "val": 10, "test": 20}  # scenarios per kind
+BUILTIN_VARIANTS = {"train": 8, "val": 2, "test": 2}  # traffic variants per place (background)
+SHARD_PER_KIND = {"train": 16, "val": 10, "test": 10}  # scenarios per kind in a shard
 BUILTIN_GAUSSIANS = 100_000
 LOCK_TIMEOUT_S = 300.0  # seconds a waiter allows the lock's holder without progress
 POLL_S = 0.25  # seconds between two looks at a taken lock
 PER_KIND_VAR = "SPLATDRIVE_BUILTIN_PER_KIND"
 GAUSSIANS_VAR = "SPLATDRIVE_BUILTIN_GAUSSIANS"
 LOCK_TIMEOUT_VAR = "SPLATDRIVE_LOCK_TIMEOUT"
-_COMPLETE = "suite.yaml"  # written last by generate_suite: its presence marks a complete suite
+_COMPLETE = "suite.yaml"  # written last by generate_suite (a shard) and here (a whole suite): marks it complete
 
 
 class SuiteLockTimeout(RuntimeError):
-    """Gave up waiting for another process to build a built-in suite; the message names it."""
+    """Gave up waiting for another process to build a built-in suite's shard; the message names it."""
 
 
 def cache_root() -> Path:
-    """Where built-in suites live: ``$SPLATDRIVE_CACHE/scenarios``, else ``<repo>/.cache/scenarios``
-    (:func:`sim.files.cache_dir`)."""
-    return cache_dir("scenarios")
+    """Where built-in suites live: ``$SPLATDRIVE_CACHE/scenarios``, else ``<repo>/.cache/scenarios``."""
+    env = os.environ.get("SPLATDRIVE_CACHE")
+    if env:
+        return Path(env).expanduser() / "scenarios"
+    repo = Path(__file__).resolve().parents[1]
+    if (repo / "pyproject.toml").is_file():
+        return repo / ".cache" / "scenarios"
+    return Path.home() / ".cache" / "splatdrive" / "scenarios"
 
 
 def _env_number(var: str, lo: float, kind=int):
@@ -94,6 +115,27 @@ def _env_number(var: str, lo: float, kind=int):
     if not v >= lo:
         raise ValueError(f"{var}={raw!r}: expected a {kind.__name__} >= {lo}")
     return v
+
+
+def parse_spec(spec: str) -> tuple[str, int | None]:
+    """A suite spec -> (built-in suite name, count or None for all): ``"train"``, ``"train:256"``."""
+    name, sep, count = str(spec).partition(":")
+    if name not in BUILTIN_SUITES:
+        raise ValueError(f"unknown built-in suite {name!r}; built-in suites are {', '.join(BUILTIN_SUITES)}")
+    if not sep:
+        return name, None
+    if not count.isdigit() or int(count) < 1:
+        raise ValueError(f"suite spec {spec!r}: expected <name>:<count>, a count of scenarios >= 1, got {count!r}")
+    return name, int(count)
+
+
+def is_builtin_spec(spec) -> bool:
+    """Whether ``spec`` names a built-in suite or a prefix of one (``train``, ``train:256``)."""
+    try:
+        parse_spec(str(spec))
+    except ValueError:
+        return False
+    return True
 
 
 def suite_size(name: str, per_kind: int | None = None, gaussians: int | None = None) -> tuple[int, int]:
@@ -112,8 +154,48 @@ def suite_size(name: str, per_kind: int | None = None, gaussians: int | None = N
     return int(per_kind), int(gaussians)
 
 
+@dataclass(frozen=True)
+class Shard:
+    """One shard of a built-in suite: ``count`` scenarios from place seed ``seed`` (within the suite's
+    range), ``variants`` traffic variants per place."""
+
+    index: int
+    count: int
+    seed: int
+    variants: int
+
+    @property
+    def name(self) -> str:
+        return f"shard-{self.index:02d}"
+
+
+def shards(name: str, per_kind: int | None = None) -> list[Shard]:
+    """The shards of built-in suite ``name`` at this size, in order."""
+    n, _ = suite_size(name, per_kind, BUILTIN_GAUSSIANS)
+    k = SHARD_PER_KIND[name]
+    full_places = len(KINDS) * math.ceil(k / BUILTIN_VARIANTS[name])  # places of a full shard: seeds apart
+    out = []
+    for s in range(math.ceil(n / k)):
+        n_s = min(k, n - s * k)
+        v = max(d for d in range(1, min(BUILTIN_VARIANTS[name], n_s) + 1) if n_s % d == 0)
+        out.append(Shard(s, n_s * len(KINDS), s * full_places, v))
+    return out
+
+
+def planned_places(name: str, per_kind: int | None = None) -> list[tuple[str, str, int]]:
+    """(place id, kind, place seed) of every place of built-in suite ``name``, from its shards' plans: what
+    its backgrounds are, without building anything."""
+    base = generation.suite_seed_base(name)
+    out = []
+    for sh in shards(name, per_kind):
+        for j in range(math.ceil(sh.count / sh.variants)):
+            kind, seed = KINDS[j % len(KINDS)], base + sh.seed + j
+            out.append((generation.place_id(name, kind, seed), kind, seed))
+    return out
+
+
 def suite_folder(name: str, per_kind: int | None = None, gaussians: int | None = None) -> Path:
-    """The cache folder of built-in suite ``name`` at this size (generated or not)."""
+    """The cache folder of built-in suite ``name`` at this size (generated or not); its shards are in it."""
     n, g = suite_size(name, per_kind, gaussians)
     tag = f"builtin-{name}-v{BUILTIN_VERSION}"
     if (n, g) != (BUILTIN_SUITES[name], BUILTIN_GAUSSIANS):
@@ -121,15 +203,18 @@ def suite_folder(name: str, per_kind: int | None = None, gaussians: int | None =
     return cache_root() / tag
 
 
+def shard_folder(name: str, index: int, per_kind: int | None = None, gaussians: int | None = None) -> Path:
+    return suite_folder(name, per_kind, gaussians) / f"shard-{index:02d}"
+
+
 def is_generated(name: str, per_kind: int | None = None, gaussians: int | None = None) -> bool:
-    """Whether built-in suite ``name`` is complete in the cache (nothing is generated)."""
+    """Whether built-in suite ``name`` is complete in the cache, every shard (nothing is generated)."""
     return (suite_folder(name, per_kind, gaussians) / _COMPLETE).is_file()
 
 
-def lock_path(name: str, per_kind: int | None = None, gaussians: int | None = None) -> Path:
-    """The lock file a process holds while it builds built-in suite ``name``."""
-    final = suite_folder(name, per_kind, gaussians)
-    return final.parent / f".{final.name}.lock"
+def lock_path(name: str, per_kind: int | None = None, gaussians: int | None = None, shard: int = 0) -> Path:
+    """The lock file a process holds while it builds shard ``shard`` of built-in suite ``name``."""
+    return suite_folder(name, per_kind, gaussians) / f".shard-{shard:02d}.lock"
 
 
 def builtin_suite(
@@ -140,32 +225,69 @@ def builtin_suite(
     workers: int = 0,
     lock_timeout: float | None = None,
 ) -> Path:
-    """The folder of built-in suite ``name`` (``train``, ``val``, ``test``), generated on first use.
+    """The folder of built-in suite ``name`` (``train``, ``val``, ``test``; or a spec ``train:256``,
+    which builds only the shards holding its first 256 scenarios), generated on first use.
 
-    Safe to call from many processes at once: one builds (under a lock), the others wait for it, for
-    at most ``lock_timeout`` seconds without progress (None: ``SPLATDRIVE_LOCK_TIMEOUT``, else 300).
-    ``workers`` generation subprocesses (0: one per CPU, at most 4).
+    Safe to call from many processes at once: one builds a shard (under its lock), the others wait for
+    it, for at most ``lock_timeout`` seconds without progress (None: ``SPLATDRIVE_LOCK_TIMEOUT``, else
+    300). ``workers`` generation subprocesses (0: one per CPU, at most 4).
     """
-    final = suite_folder(name, per_kind, gaussians)
+    suite, count = parse_spec(name)
+    root = suite_folder(suite, per_kind, gaussians)
+    if (root / _COMPLETE).is_file():
+        return root
+    plan = shards(suite, per_kind)
+    need, total = [], 0
+    for sh in plan:
+        if count is not None and total >= count:
+            break
+        need.append(sh)
+        total += sh.count
+    for sh in need:
+        _build_shard(suite, sh, len(plan), per_kind, gaussians, progress, workers, lock_timeout)
+    if len(need) == len(plan) and not (root / _COMPLETE).is_file():
+        _write_manifest(suite, root, plan)
+    return root
+
+
+def builtin_files(spec: str, **kw) -> list[Path]:
+    """The scenario files of a built-in suite spec (``val``, ``train:256``), in the suite's order (shard
+    by shard, each in its manifest's order), building the shards that hold them first. ``kw`` as
+    :func:`builtin_suite`'s."""
+    suite, count = parse_spec(spec)
+    root = builtin_suite(spec, **kw)
+    files: list[Path] = []
+    for sh in shards(suite, kw.get("per_kind")):
+        if count is not None and len(files) >= count:
+            break
+        manifest = yaml.safe_load((root / sh.name / _COMPLETE).read_text()) or {}
+        files += [root / sh.name / f"{s['id']}.json" for s in manifest.get("scenarios", [])]
+    if count is not None and count > len(files):
+        raise ScenarioError(f"{spec}: built-in suite {suite!r} holds {len(files)} scenarios, fewer than {count}")
+    return files if count is None else files[:count]
+
+
+def _build_shard(suite: str, sh: Shard, of: int, per_kind, gaussians, progress, workers, lock_timeout) -> Path:
+    """Build one shard under its lock (nothing when it is there, or another process built it meanwhile)."""
+    root = suite_folder(suite, per_kind, gaussians)
+    final = root / sh.name
     if (final / _COMPLETE).is_file():
         return final
-    n, g = suite_size(name, per_kind, gaussians)
-    root = final.parent
+    _, g = suite_size(suite, per_kind, gaussians)
     root.mkdir(parents=True, exist_ok=True)
-    count = n * len(KINDS)
-    what = f"generating built-in suite {name!r} ({count} scenarios) into {final}"
-    with suite_lock(lock_path(name, per_kind, gaussians), what, lock_timeout) as lock:
+    what = f"generating built-in suite {suite!r} shard {sh.index + 1}/{of} ({sh.count} scenarios) into {final}"
+    with suite_lock(lock_path(suite, per_kind, gaussians, sh.index), what, lock_timeout) as lock:
         if (final / _COMPLETE).is_file():  # another process built it while we waited
             return final
-        for old in root.glob(f".tmp-{final.name}-*"):  # left by a crashed build
+        for old in root.glob(f".tmp-{sh.name}-*"):  # left by a crashed build
             shutil.rmtree(old, ignore_errors=True)
-        tmp = root / f".tmp-{final.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        tmp = root / f".tmp-{sh.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         log.info("%s", what)
         t0 = time.perf_counter()
         try:
             generation.generate_suite(
-                tmp, suite=name, count=count, seed=0, kinds=KINDS, gaussians=g, workers=workers, progress=progress,
-                on_scenario=lock.progress,
+                tmp, suite=suite, count=sh.count, seed=sh.seed, kinds=KINDS, gaussians=g, workers=workers,
+                progress=progress, on_scenario=lock.progress, variants=sh.variants,
             )  # fmt: skip
             if final.exists():  # an incomplete leftover (no suite.yaml): replace it
                 shutil.rmtree(final)
@@ -173,23 +295,49 @@ def builtin_suite(
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        log.info("built-in suite %r ready in %.1f s", name, time.perf_counter() - t0)
+        log.info("built-in suite %r shard %d/%d ready in %.1f s", suite, sh.index + 1, of, time.perf_counter() - t0)
     return final
 
 
+def _write_manifest(suite: str, root: Path, plan: list[Shard]) -> None:
+    """The whole suite's ``suite.yaml``: its shards' manifests summed."""
+    parts = [yaml.safe_load((root / sh.name / _COMPLETE).read_text()) or {} for sh in plan]
+    reasons: dict[str, int] = {}
+    for p in parts:
+        for k, v in (p.get("rejections") or {}).get("by_reason", {}).items():
+            reasons[k] = reasons.get(k, 0) + int(v)
+    manifest = {
+        "suite": suite,
+        "version": BUILTIN_VERSION,
+        "scenarios": sum(len(p.get("scenarios", [])) for p in parts),
+        "places": sum(len(p.get("places", [])) for p in parts),
+        "generated_in_s": round(sum(float(p.get("generated_in_s", 0.0)) for p in parts), 1),
+        "rejections": {"total": sum(reasons.values()), "by_reason": dict(sorted(reasons.items()))},
+        "shards": [
+            {"name": sh.name, "scenarios": sh.count, "variants": sh.variants, "seed_range": p.get("seed_range")}
+            for sh, p in zip(plan, parts, strict=True)
+        ],
+    }
+    atomic_write(root / _COMPLETE, yaml.safe_dump(manifest, sort_keys=False))
+
+
 def load_suite(dir_or_name: str | os.PathLike, skip_broken: bool = False) -> list[Scenario]:
-    """Every scenario of a suite: a folder of scenario files, or a built-in suite's name
-    (``BUILTIN_SUITES``, generated into the cache on first use). See ``scenarios.io.load_folder``
-    for broken files and ``skip_broken``."""
+    """Every scenario of a suite: a folder of scenario files (a built-in suite's folder with its shards
+    too), or a built-in suite spec (``train``, ``val:35``: generated into the cache on first use). See
+    ``scenarios.io.load_folder`` for broken files and ``skip_broken``."""
     p = Path(dir_or_name)
-    if not p.is_dir():
-        name = str(dir_or_name)
-        if name not in BUILTIN_SUITES:
-            raise ScenarioError(
-                f"{name}: not a folder of scenario files, nor a built-in suite ({', '.join(BUILTIN_SUITES)})"
-            )
-        p = builtin_suite(name)
-    return load_folder(p, skip_broken=skip_broken)
+    if p.is_dir():
+        return load_folder(p, skip_broken=skip_broken)
+    if not is_builtin_spec(dir_or_name):
+        raise ScenarioError(
+            f"{dir_or_name}: not a folder of scenario files, nor a built-in suite ({', '.join(BUILTIN_SUITES)}, "
+            "or a prefix such as train:256)"
+        )
+    files = builtin_files(str(dir_or_name))
+    if not files:
+        folder = suite_folder(parse_spec(str(dir_or_name))[0])
+        raise ScenarioError(f"{dir_or_name}: no scenario files in built-in suite {folder}")
+    return load_files(files, str(dir_or_name), skip_broken=skip_broken)
 
 
 # -- the lock ------------------------------------------------------------------------------------------

@@ -611,9 +611,15 @@ def save(scenario: Scenario, path: str | os.PathLike) -> Path:
 
 
 def scenario_files(folder: str | os.PathLike) -> list[Path]:
-    """The scenario files of a suite folder: its ``*.json`` files (not hidden ones), sorted by name."""
+    """The scenario files of a suite folder: its ``*.json`` files (not hidden ones), sorted by name, then
+    those of its complete shard folders (``shard-NN/`` with their ``suite.yaml``: a built-in suite's
+    layout, ``scenarios.builtin``), shard by shard."""
     folder = Path(folder)
-    return sorted(p for p in folder.glob("*.json") if not p.name.startswith("."))
+    out = sorted(p for p in folder.glob("*.json") if not p.name.startswith("."))
+    for shard in sorted(folder.glob("shard-*")):
+        if shard.is_dir() and (shard / "suite.yaml").is_file():
+            out += sorted(p for p in shard.glob("*.json") if not p.name.startswith("."))
+    return out
 
 
 def load_folder(folder: str | os.PathLike, skip_broken: bool = False) -> list[Scenario]:
@@ -629,6 +635,13 @@ def load_folder(folder: str | os.PathLike, skip_broken: bool = False) -> list[Sc
     files = scenario_files(p)
     if not files:
         raise ScenarioError(f"{p}: no scenario files (*.json) in this folder")
+    return load_files(files, str(p), skip_broken)
+
+
+def load_files(files: list[Path], where: str, skip_broken: bool = False) -> list[Scenario]:
+    """The scenarios of ``files`` (a suite, named ``where`` in errors), in order; broken files and
+    ``skip_broken`` as :func:`load_folder`; ids must be unique."""
+    p = where
     out, broken = [], []
     for f in files:
         try:

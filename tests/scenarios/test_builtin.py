@@ -1,5 +1,6 @@
-"""Built-in suites: built once, atomically, whoever asks first; sizes for quick checks; and no hang on first
-use, from a script without a ``__main__`` guard, for a waiter on a stuck builder, or for a spawned child."""
+"""Built-in suites: built once, atomically, shard by shard, whoever asks first; a prefix builds only its
+shards; val and test places never in train; sizes for quick checks; and no hang on first use, from a script
+without a ``__main__`` guard, for a waiter on a stuck builder, or for a spawned child."""
 
 from __future__ import annotations
 
@@ -9,12 +10,15 @@ import sys
 import textwrap
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
+import yaml
 
 from scenarios import builtin, generation
 from scenarios.format import KINDS
+from scenarios.io import ScenarioError
 
 ROOT = Path(__file__).resolve().parents[2]
 HANG_GUARD_S = 900  # a run that has not ended by then is hung: the failure these tests exist to catch
@@ -31,10 +35,11 @@ def cache(tmp_path, monkeypatch) -> Path:
 
 def _fake_generate(calls: list, delay: float = 0.3):
     def fake(out, suite, count, seed, kinds, gaussians, **kw):
-        calls.append(dict(suite=suite, count=count, gaussians=gaussians))
+        calls.append(dict(suite=suite, count=count, gaussians=gaussians, seed=seed, variants=kw["variants"]))
         time.sleep(delay)  # long enough for the other threads to pile up on the lock
         Path(out).mkdir(parents=True)
-        (Path(out) / "suite.yaml").write_text("suite: x\n")
+        ids = [f"{suite}-s{seed}-{i}" for i in range(count)]
+        (Path(out) / "suite.yaml").write_text(yaml.safe_dump({"scenarios": [{"id": i} for i in ids]}))
         return []
 
     return fake
@@ -60,10 +65,10 @@ def test_builtin_suite_built_once_under_concurrency(cache, monkeypatch):
         t.start()
     for t in threads:
         t.join()
-    assert calls == [dict(suite="val", count=builtin.BUILTIN_SUITES["val"] * 7, gaussians=100_000)]
+    assert calls == [dict(suite="val", count=70, gaussians=100_000, seed=0, variants=2)]  # one shard
     want = cache / "scenarios" / f"builtin-val-v{builtin.BUILTIN_VERSION}"
-    assert got == [want] * 4 and (want / "suite.yaml").is_file()
-    assert not list((cache / "scenarios").glob(".tmp-*"))
+    assert got == [want] * 4 and (want / "suite.yaml").is_file() and (want / "shard-00" / "suite.yaml").is_file()
+    assert not list(want.glob(".tmp-*"))
     assert builtin.builtin_suite("val") == want and len(calls) == 1  # cached now
     assert builtin.is_generated("val") and not builtin.is_generated("test")
 
@@ -77,8 +82,8 @@ def test_builtin_suite_failed_build_leaves_nothing(cache, monkeypatch):
     monkeypatch.setattr(generation, "generate_suite", lambda out, *a, **kw: boom(out))
     with pytest.raises(RuntimeError, match="disk full"):
         builtin.builtin_suite("test", progress=False)
-    lock = cache / "scenarios" / f".builtin-test-v{builtin.BUILTIN_VERSION}.lock"
-    assert list((cache / "scenarios").iterdir()) == [lock]
+    lock = cache / "scenarios" / f"builtin-test-v{builtin.BUILTIN_VERSION}" / ".shard-00.lock"
+    assert list(lock.parent.iterdir()) == [lock]
     assert lock.read_text() == ""  # the holder's note is cleared on release
     with pytest.raises(ValueError, match="built-in suites are train, val, test"):
         builtin.builtin_suite("huge")
@@ -91,7 +96,7 @@ def test_smaller_suites_from_the_environment_live_in_their_own_folder(cache, mon
     monkeypatch.setenv(builtin.GAUSSIANS_VAR, "4000")
     got = builtin.builtin_suite("val", progress=False)
     assert got.name == f"builtin-val-v{builtin.BUILTIN_VERSION}-1x4000"
-    assert calls == [dict(suite="val", count=len(KINDS), gaussians=4000)]
+    assert calls == [dict(suite="val", count=len(KINDS), gaussians=4000, seed=0, variants=1)]
     assert (
         builtin.suite_folder("val", per_kind=builtin.BUILTIN_SUITES["val"], gaussians=100_000).name
         == f"builtin-val-v{builtin.BUILTIN_VERSION}"
@@ -105,16 +110,53 @@ def test_smaller_suites_from_the_environment_live_in_their_own_folder(cache, mon
         builtin.builtin_suite("val")
 
 
+def test_train_is_built_in_shards_and_a_prefix_builds_only_its_own(cache, monkeypatch):
+    calls: list = []
+    monkeypatch.setattr(generation, "generate_suite", _fake_generate(calls, delay=0))
+    plan = builtin.shards("train")
+    assert [(s.count, s.seed, s.variants) for s in plan] == [(112, 14 * k, 8) for k in range(9)]
+    files = builtin.builtin_files("train:250", progress=False)  # 3 shards of 112 hold the first 250
+    assert [c["seed"] for c in calls] == [0, 14, 28] and not builtin.is_generated("train")
+    root = builtin.suite_folder("train")
+    assert files[0] == root / "shard-00" / "train-s0-0.json" and files[-1] == root / "shard-02" / "train-s28-25.json"
+    assert len(files) == 250
+    assert len(builtin.builtin_files("train:100", progress=False)) == 100 and len(calls) == 3  # built already
+    assert len(builtin.builtin_files("train", progress=False)) == 1008 and len(calls) == 9
+    manifest = yaml.safe_load((root / "suite.yaml").read_text())  # every shard there: the whole suite's
+    assert manifest["scenarios"] == 1008 and [s["name"] for s in manifest["shards"]][-1] == "shard-08"
+    for bad, why in (("train:0", "a count of scenarios >= 1"), ("train:x", "<name>:<count>"), ("tran:5", "unknown")):
+        with pytest.raises(ValueError, match=why):
+            builtin.parse_spec(bad)
+    with pytest.raises(ScenarioError, match="holds 1008 scenarios, fewer than 2000"):
+        builtin.builtin_files("train:2000", progress=False)
+
+
+def test_no_val_or_test_background_is_used_in_train():
+    """From the suites' shard plans (nothing is built): place ids and seeds of val and test are not train's."""
+    places = {name: builtin.planned_places(name, per_kind=n) for name, n in builtin.BUILTIN_SUITES.items()}
+    assert [len(places[n]) for n in ("train", "val", "test")] == [126, 35, 70]
+    for name in ("val", "test"):
+        for i in (0, 2):  # ids (background file names) and seeds (what the background is drawn from)
+            assert not {p[i] for p in places[name]} & {p[i] for p in places["train"]}, name
+    assert not {p[2] for p in places["val"]} & {p[2] for p in places["test"]}
+    for name, ps in places.items():  # every kind in the same number of places
+        assert len(set(Counter(p[1] for p in ps).values())) == 1, name
+
+
 def test_load_suite_takes_folders_and_builtin_names(cache, tmp_path, monkeypatch):
-    from scenarios import ScenarioError, load_suite
+    from scenarios import load_suite
 
     with pytest.raises(ScenarioError, match="nor a built-in suite"):
         load_suite(tmp_path / "nope")
     calls: list = []
     monkeypatch.setattr(generation, "generate_suite", _fake_generate(calls, delay=0))
-    with pytest.raises(ScenarioError, match="no scenario files"):  # the (fake, empty) built-in suite's folder
+    # the fake shards list scenarios but hold no files: every one is broken, and the error says so
+    with pytest.raises(ScenarioError, match="test:3: 3 of 3 scenario files are broken"):
+        load_suite("test:3")
+    assert [c["suite"] for c in calls] == ["test"]  # a prefix in the first shard builds only that shard
+    with pytest.raises(ScenarioError, match="140 of 140 scenario files are broken"):
         load_suite("test")
-    assert [c["suite"] for c in calls] == ["test"]
+    assert [c["seed"] for c in calls] == [0, 35]
 
 
 # -- a waiter never hangs ------------------------------------------------------------------------------
@@ -178,7 +220,7 @@ def test_a_waiter_waits_as_long_as_the_holder_makes_progress(cache, monkeypatch)
     monkeypatch.setattr(generation, "generate_suite", _fake_generate(calls, delay=0))
     lock = builtin.lock_path("val")
     lock.parent.mkdir(parents=True)
-    holder = _hold(lock, "progress", builtin.suite_folder("val"))
+    holder = _hold(lock, "progress", builtin.shard_folder("val", 0))
     try:
         # 3.2 s of building in steps of 0.4 s: longer than the timeout, never that long without progress
         got = builtin.builtin_suite("val", progress=False, lock_timeout=1.5)
@@ -215,8 +257,11 @@ def test_readme_snippet_in_a_script_without_main_guard_finishes_on_an_empty_cach
     (line,) = [x for x in out.stdout.splitlines() if x.startswith("RESET")]
     assert line.split()[1].startswith("val-") and "cameras" in line
     folder = cache / "scenarios" / f"builtin-val-v{builtin.BUILTIN_VERSION}-1x2000"
-    manifest = (folder / "suite.yaml").read_text()
-    assert manifest.count("- id: val-") == len(KINDS)
+    manifest = yaml.safe_load((folder / "shard-00" / "suite.yaml").read_text())
+    assert len(manifest["scenarios"]) == len(KINDS)
+    # the places it built are the ones its plan names
+    assert [p["id"] for p in manifest["places"]] == [p[0] for p in builtin.planned_places("val", per_kind=1)]
+    assert yaml.safe_load((folder / "suite.yaml").read_text())["scenarios"] == len(KINDS)
 
 
 def test_a_spawned_child_rerunning_the_script_is_refused_while_its_parent_builds(tmp_path):
