@@ -33,6 +33,7 @@ from store.backends import open_backend
 from store.layout import LOCK, parse_version_dir
 from store.retries import RetryPolicy, retry
 
+SCRATCH_VAR = "SPLATDRIVE_SCRATCH"  # where local working copies go (scratch_folder)
 TRACKING = "tracking"  # <run>/tracking/: a run's tracking files (no version folder is ever named so)
 
 SEGMENT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@=+-]{0,254}")
@@ -87,12 +88,13 @@ def split_uri(uri: str) -> tuple[str, str]:
 
 def scratch_folder(key: str, name: str = "") -> Path:
     """A local folder for the working copy of the store folder ``key`` (its URI): the same one for the
-    same key in later processes of this user, ``<tmp>/splatdrive-<uid>/<name>-<hash of key>`` (``name``:
-    the key's last segment by default)."""
+    same key in later processes of this user, ``<root>/<name>-<hash of key>`` (``name``: the key's last
+    segment by default). The root is ``$SPLATDRIVE_SCRATCH``, else ``<tmp>/splatdrive-<uid>``."""
     head = key.partition("?")[0] if is_uri(key) else key
     name = re.sub(r"[^A-Za-z0-9._-]+", "_", name or head.rstrip("/").rpartition("/")[2]) or "out"
     digest = hashlib.sha256(key.encode()).hexdigest()[:10]
-    return Path(tempfile.gettempdir()) / f"splatdrive-{os.getuid()}" / f"{name}-{digest}"
+    root = os.environ.get(SCRATCH_VAR) or os.path.join(tempfile.gettempdir(), f"splatdrive-{os.getuid()}")
+    return Path(root) / f"{name}-{digest}"
 
 
 class StoreFolder:

@@ -39,6 +39,19 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def scratch_copies(tmp_path_factory):
+    """Local working copies of store folders (store.scratch_folder) in the session's temporary folder,
+    which pytest prunes, not in the system's temp folder; child processes (a Ray head) inherit it."""
+    old = os.environ.get("SPLATDRIVE_SCRATCH")
+    os.environ["SPLATDRIVE_SCRATCH"] = str(tmp_path_factory.mktemp("scratch"))
+    yield
+    if old is None:
+        os.environ.pop("SPLATDRIVE_SCRATCH", None)
+    else:
+        os.environ["SPLATDRIVE_SCRATCH"] = old
+
+
 @pytest.fixture(scope="session")
 def ray_session():
     """One local Ray instance for the whole test session (ray.init takes seconds)."""
