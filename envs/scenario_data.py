@@ -18,6 +18,7 @@ import numpy as np
 from envs.kernels import path_points, project_path
 from scenarios.actions import ActionSpec, nearest_bins
 from scenarios.expert import expert_displacements
+from scenarios.reactive import ReactiveRoute, ReactiveScene, agent_velocities
 from scenarios.scene import load_scene
 from sim.frames import wrap_angle
 from sim.geometry import interpolate_polyline, polyline_arclength
@@ -84,7 +85,7 @@ class ScenarioData:
         self.agent_yaw = np.ascontiguousarray(a_poses[..., 3])
         self.agent_present = np.ascontiguousarray(a_present, dtype=bool)
         self.agent_size = np.asarray(a_size, dtype=np.float64).reshape(-1, 3)
-        self.agent_vel = _velocities(self.agent_xy, a_present, self.dt)
+        self.agent_vel = agent_velocities(self.agent_xy, self.agent_present, self.dt)
 
         o_pose, o_size = sc.obstacle_arrays()
         self.obstacle_ids = tuple(o.id for o in sc.static_obstacles)
@@ -114,6 +115,23 @@ class ScenarioData:
             labels = np.concatenate([labels, np.repeat(labels[-1:], H + 1 - len(labels), axis=0)])
         self.expert_action = np.ascontiguousarray(labels[: H + 1])
         self.expert_displacement = disp
+        self._reactive: ReactiveScene | None = None
+
+    # -- the reactive expert: labels any state (DAgger), built on first use -------------------------
+    @property
+    def reactive(self) -> ReactiveScene:
+        """The scenario as the reactive expert reads it (``scenarios.reactive``): the route with its speed
+        limits (``.route.s``, ``.route.limit`` m/s along ``.route.xy``) and these tables' agents (their
+        velocities are ``agent_vel``) and obstacles. ``d.reactive.action(state, t)`` is its decision for
+        the ego at state [4] (x, y, yaw, v) at step t."""
+        if self._reactive is None:
+            self._reactive = ReactiveScene(
+                ReactiveRoute.of(self.scenario), self.agent_xy, self.agent_yaw,
+                np.ascontiguousarray(self.agent_size[:, :2]), self.agent_vel, self.agent_present,
+                np.ascontiguousarray(self.obstacle_pose[:, :2]), np.ascontiguousarray(self.obstacle_pose[:, 3]),
+                np.ascontiguousarray(self.obstacle_size[:, :2]), self.scenario.ego, self.dt,
+            )  # fmt: skip
+        return self._reactive
 
     # -- the scene: loaded per episode (``scenarios.scene`` keeps the PLYs in a bounded cache) -----
     def load_scene(self):
@@ -133,28 +151,6 @@ class ScenarioData:
         out = np.empty((len(s), 2))
         path_points(self.path_xy, self.path_s, np.asarray(s, dtype=np.float64), out)
         return out
-
-
-def _velocities(xy: np.ndarray, present: np.ndarray, dt: float) -> np.ndarray:
-    """[T, A, 2] world velocities: the mean of the forward and backward differences that exist."""
-    T = xy.shape[0]
-    vel = np.zeros_like(xy)
-    if T < 2 or xy.shape[1] == 0:
-        return vel
-    d = (xy[1:] - xy[:-1]) / dt  # [T-1, A, 2]
-    ok = present[1:] & present[:-1]  # [T-1, A]
-    fwd = np.zeros_like(xy)
-    bwd = np.zeros_like(xy)
-    nf = np.zeros(present.shape)
-    nb = np.zeros(present.shape)
-    fwd[:-1] = np.where(ok[..., None], d, 0.0)
-    nf[:-1] = ok
-    bwd[1:] = np.where(ok[..., None], d, 0.0)
-    nb[1:] = ok
-    n = nf + nb
-    vel = np.divide(fwd + bwd, n[..., None], out=vel, where=n[..., None] > 0)
-    vel[~present] = 0.0
-    return vel
 
 
 def _lane_points(map_data, spacing: float) -> np.ndarray:

@@ -1,5 +1,6 @@
 """Built-in baseline drivers for ``python -m evaluation``: pure functions of a batch of
-observations (and, for the expert, the env's infos) to actions [B, 2] (lateral index, longitudinal index).
+observations (and, for the expert and the reactive driver, the env's infos) to actions [B, 2] (lateral
+index, longitudinal index).
 
 | name                | sees                                        | drives                                          |
 |---------------------|---------------------------------------------|-------------------------------------------------|
@@ -13,11 +14,19 @@ observations (and, for the expert, the env's infos) to actions [B, 2] (lateral i
 | ``lane-follow``     | ``ego`` (speed), ``map`` + ``map_mask``     | holds its speed like constant-velocity, and      |
 |                     | (lane-centre points); ``route`` only when   | steers along the centre line of the lane it is   |
 |                     | no lane point is in view                    | in (pure pursuit); blind to agents and obstacles |
+| ``reactive``        | ``info["ego_state"]``, ``info["step"]`` and | the reactive expert (``scenarios.reactive``) in  |
+|                     | the clip's ground truth now: its route with | closed loop: follows the route at the speed      |
+|                     | speed limits, the agents in range (pose,    | limit, IDM behind leaders, yields to crossing    |
+|                     | size, velocity) and static obstacles        | and merging cars, nudges around parked ones      |
 
-None of them looks at the cameras, the agents or the static obstacles: constant-velocity and lane-follow
-drive into whatever is in their way, which is what makes the suite's kinds tell them apart (a
-constant-velocity driver hits the lead / cutting-in / crossing car and the parked car, and leaves a
-curve; a lane follower takes the curve but still hits everything in its lane).
+None but ``reactive`` looks at the agents or the static obstacles, and none at the cameras:
+constant-velocity and lane-follow drive into whatever is in their way, which is what makes the suite's
+kinds tell them apart (a constant-velocity driver hits the lead / cutting-in / crossing car and the
+parked car, and leaves a curve; a lane follower takes the curve but still hits everything in its lane).
+``reactive`` is the rule that drove every clip's logged expert, now at the states it reaches itself: it
+passes a clip unless its drive drifts from the log's. It reads each clip's ground truth at the env's step
+from the suite's scenarios, which the evaluation hands it (``evaluation.policies``: the policy entry carries
+the scenario files, :meth:`ReactiveBaseline.bind_scenarios` takes them where it drives).
 
 Frames as the observation (``envs.observation``): ego frame, x forward, y left, metres; an action is
 the anchor ``ANCHOR_HORIZON`` = 0.5 s ahead (``scenarios.actions``). Everything here is numpy; no env, no torch.
@@ -25,14 +34,18 @@ the anchor ``ANCHOR_HORIZON`` = 0.5 s ahead (``scenarios.actions``). Everything 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from scenarios.actions import nearest_bins
+from scenarios.io import load
+from scenarios.reactive import ReactiveScene
 from sim.dynamics import ANCHOR_HORIZON
 
-BASELINES = ("expert", "stop", "constant-velocity", "lane-follow")
+BASELINES = ("expert", "reactive", "stop", "constant-velocity", "lane-follow")
 
 # observation parts each baseline reads (the evaluation switches the rest off: cameras cost most)
 PARTS = {
@@ -40,6 +53,7 @@ PARTS = {
     "stop": ("ego",),
     "constant-velocity": ("ego",),
     "lane-follow": ("ego", "route", "map"),
+    "reactive": ("ego",),  # it reads the infos and the clip's ground truth, not the observation
 }
 
 # lane-follow's settings
@@ -189,6 +203,51 @@ def arc_lateral(x: float, y: float, s: float) -> float:
     return float(np.sign(k) * (1.0 - np.cos(ks)) / abs(k))
 
 
+class ReactiveBaseline:
+    """``reactive``: the reactive expert on each env's clip at its step and ego state (module docstring).
+
+    ``act(obs, infos) -> actions [B, 2]``: per env, ``info["scenario"]`` (id), ``info["step"]`` and
+    ``info["ego_state"]`` (x, y, yaw, v); the clip's ``ReactiveScene`` comes from the scenarios given to
+    :meth:`bind_scenarios` (built once per clip). The target displacement goes to the env's bins with
+    ``nearest_bins`` on its action spec."""
+
+    def __init__(self, spec):
+        self.spec = spec
+        self._scenarios: dict[str, object] = {}
+        self._scenes: dict[str, ReactiveScene] = {}
+
+    def bind_scenarios(self, scenarios) -> None:
+        """The scenarios this baseline may be asked to drive: Scenarios, or a mapping of scenario id to a
+        Scenario or its file (read when the clip is first driven)."""
+        items = scenarios.items() if isinstance(scenarios, Mapping) else ((str(s.id), s) for s in scenarios)
+        for sid, ref in items:
+            if self._scenarios.get(str(sid)) is not ref:
+                self._scenarios[str(sid)] = ref
+                self._scenes.pop(str(sid), None)
+
+    def scene(self, sid: str) -> ReactiveScene:
+        if sid not in self._scenes:
+            if sid not in self._scenarios:
+                raise KeyError(
+                    f"reactive baseline: no scenario {sid!r} bound (bind_scenarios(scenarios) first; bound: "
+                    f"{len(self._scenarios)})"
+                )
+            ref = self._scenarios[sid]
+            sc = load(ref) if isinstance(ref, str | os.PathLike) else ref
+            self._scenes[sid] = ReactiveScene.of(sc)  # type: ignore[arg-type]  # a Scenario
+        return self._scenes[sid]
+
+    def __call__(self, obs, infos: Sequence[Mapping[str, Any]]) -> np.ndarray:
+        out = np.zeros((len(infos), 2), dtype=np.int64)
+        for b, info in enumerate(infos):
+            missing = [k for k in ("scenario", "step", "ego_state") if k not in info]
+            if missing:
+                raise KeyError(f"reactive baseline: env {b} gave no info {missing}")
+            row = self.scene(str(info["scenario"])).actions(np.asarray(info["ego_state"])[None], int(info["step"]))[0]
+            out[b] = nearest_bins(row[0], row[1], self.spec)
+        return out
+
+
 def baseline_act(name: str, spec):
     """``act(obs, infos) -> actions [B, 2]`` of baseline ``name`` (one of BASELINES) for an action spec."""
     if name == "expert":
@@ -199,6 +258,8 @@ def baseline_act(name: str, spec):
         return lambda obs, infos: constant_velocity(obs, spec)
     if name == "lane-follow":
         return lambda obs, infos: lane_follow(obs, spec)
+    if name == "reactive":
+        return ReactiveBaseline(spec)
     raise ValueError(f"unknown baseline {name!r}; built-in baselines are {', '.join(BASELINES)}")
 
 

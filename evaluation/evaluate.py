@@ -2,11 +2,12 @@
 
     python -m evaluation --policy runs/my-run@latest --suite val --out eval/my-run
     python -m evaluation --policy exported/my-policy --suite path/to/suite --out eval/x videos=5
-    python -m evaluation --compare expert lane-follow constant-velocity --suite val --out eval/baselines
+    python -m evaluation --compare expert reactive lane-follow constant-velocity stop --suite val --out eval/baselines
 
 A policy (SOURCE) is a store URI with a run and a version (``<store>/<run>@<version>`` or
 ``@latest``), a training checkpoint folder, an exported policy folder (``python -m policy.export``),
-or a built-in baseline: ``expert`` (log replay), ``stop``, ``constant-velocity``, ``lane-follow``
+or a built-in baseline: ``expert`` (log replay), ``reactive`` (the reactive expert, closed loop), ``stop``,
+``constant-velocity``, ``lane-follow``
 (``evaluation.baselines``). Each policy drives every scenario of the suite once, deterministically,
 closed loop, through the one closed-loop runner (``rollout.group.RolloutGroup.run_episodes``: chunks of
 clips handed to Ray actors as they free up, a crashed actor replaced and its chunk driven again;
@@ -76,7 +77,7 @@ class EvaluateConfig:
     policy: str = field(
         "",
         help="the policy: a store URI <store>/<run>@<version|latest>, a checkpoint folder, an exported policy "
-        "folder, or a baseline (expert, stop, constant-velocity, lane-follow)",
+        "folder, or a baseline (expert, reactive, stop, constant-velocity, lane-follow)",
     )
     compare: tuple[str, ...] = field((), help="several policies side by side (--compare A B ...); --policy joins them")
     suite: str = field("val", help="scenarios: a built-in suite (train, val, test), a suite folder or a scenario file")

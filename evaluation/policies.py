@@ -38,7 +38,9 @@ class PolicyEntry:
 
     label: its name in tables and file names; spec: what the user gave; kind: 'baseline' or 'source';
     env: the EnvConfig overrides it is evaluated with; source: for kind 'source', the resolved
-    policy source (``policy.sources``), which each worker turns into an act function.
+    policy source (``policy.sources``), which each worker turns into an act function; for the
+    ``reactive`` baseline, the suite's scenarios it reads ground truth from ({id: file, or the Scenario
+    where there is no file}).
     """
 
     label: str
@@ -52,7 +54,10 @@ class PolicyEntry:
         (``PolicySource.make_actor``: eager for checkpoints, onnxruntime for exported packages), built in
         whichever process drives."""
         if self.kind == "baseline":
-            return baseline_act(self.spec, action_spec)
+            act = baseline_act(self.spec, action_spec)
+            if self.source is not None and hasattr(act, "bind_scenarios"):
+                act.bind_scenarios(self.source)
+            return act
         actor = self.source.make_actor(threads=threads)
         return lambda obs, infos: np.asarray(actor(obs), dtype=np.int64)
 
@@ -129,7 +134,11 @@ def resolve_policies(specs: Sequence[str], scenarios: Sequence, env: Mapping[str
         if spec in BASELINES:
             # baselines read ground truth (the ego's speed, the lane map): the privileged observation
             parts = {p: (p in PARTS[spec]) for p in OBS_PARTS}
-            entry = PolicyEntry(spec, spec, "baseline", {**env, **parts, "observation": "privileged"})
+            # the reactive driver reads each clip's ground truth: it carries the suite's scenario files
+            refs = None
+            if spec == "reactive":
+                refs = {str(s.id): (str(s.path) if getattr(s, "path", None) else s) for s in scenarios}
+            entry = PolicyEntry(spec, spec, "baseline", {**env, **parts, "observation": "privileged"}, refs)
         else:
             source = _resolve_source(spec)
             own = {k: v for k, v in dict(source.env_config or {}).items() if k in SOURCE_ENV_KEYS}

@@ -31,6 +31,9 @@ MAX_DECEL = 6.0  # m/s^2: speed lost over any 0.5 s, per second (the reactive ex
 MAX_DEVIATION = 0.75  # metres from the route's centre line (plus the largest nudge where there are obstacles)
 MIN_DISTANCE = 25.0  # metres the expert covers over the horizon: a clip where it barely moves tests nothing
 MIN_TIME_TO_COLLISION = 1.5  # s: a must-collide kind gives the ego at least this long to react
+# metres the constant-speed driver may be behind the expert when it collides: so that it collides in the
+# env before it falls the default progress_threshold (10 m) behind
+MAX_LAG_AT_COLLISION = 8.0
 WINDOW = 5  # steps of a 0.5 s window
 
 
@@ -179,6 +182,13 @@ def expert_checks(scenario: Scenario, must_collide: str | None = None, nudge: fl
             out["kind"] = f"holding the initial speed does not lead to a {want} collision (got {kind})"
         elif step is not None and step * scenario.dt < MIN_TIME_TO_COLLISION:  # a collision has a step
             out["kind"] = f"the constant-speed collision comes at {step * scenario.dt:.1f} s, too early to react"
+        elif step is not None:
+            xy = scenario.expert.states()[: step + 1, :2]
+            lag = float(np.hypot(*np.diff(xy, axis=0).T).sum()) - float(scenario.expert.speed[0]) * step * scenario.dt
+            if lag > MAX_LAG_AT_COLLISION:
+                out["kind"] = (
+                    f"the constant-speed driver collides {lag:.1f} m behind the expert (> {MAX_LAG_AT_COLLISION})"
+                )
     return out
 
 

@@ -189,7 +189,7 @@ def traffic_lead_vehicle(place: Place, rng, garage: Garage, horizon: int, dt: fl
     route = [lay["ids"][f"f{e}"]]
     ego_s = 40.0 + rng.uniform(0.0, 10.0)
     lane = route_path(place.net, route)
-    v0 = _ego_speed(rng, lay["limit"], 0.75)
+    v0 = _ego_speed(rng, lay["limit"], 0.85)
     asset, size = garage.pick_vehicle(rng)
     ego_front = ego_s + EGO.center_offset + EGO.length / 2
     if rng.random() < 0.35:  # a slow vehicle ahead
@@ -226,7 +226,7 @@ def traffic_cut_in(place: Place, rng, garage: Garage, horizon: int, dt: float) -
     route = [ids[f"f{e}"]]
     ego_s = 40.0 + rng.uniform(0.0, 10.0)
     lane_src = place.net.lane(ids[f"f{src}"]).centerline
-    v0 = _ego_speed(rng, lay["limit"], 0.75)
+    v0 = _ego_speed(rng, lay["limit"], 0.85)
     asset, size = garage.pick_vehicle(rng)
     ego_front = ego_s + EGO.center_offset + EGO.length / 2
     v_c = float(v0 + rng.uniform(0.5, 3.0))
@@ -251,14 +251,14 @@ def traffic_cut_in(place: Place, rng, garage: Garage, horizon: int, dt: float) -
 
 
 def traffic_parked_obstacle(place: Place, rng, garage: Garage, horizon: int, dt: float) -> Draft:
-    """The ego in the curb-side lane, the place's obstacle 3-6 s ahead of its front at its initial speed;
+    """The ego in the curb-side lane, the place's obstacle 3-5 s ahead of its front at its initial speed;
     no traffic in the lane its nudge leans into (the next lane left, or the oncoming one)."""
     lay = place.layout
     e, ids = lay["lane"], lay["ids"]
     route = [ids[f"f{e}"]]
     (obstacle,) = place.obstacles
-    v0 = _ego_speed(rng, lay["limit"])
-    ego_s = lay["s_obs"] - obstacle.size[0] / 2 - (EGO.center_offset + EGO.length / 2) - v0 * rng.uniform(3.0, 6.0)
+    v0 = _ego_speed(rng, lay["limit"], 0.85)
+    ego_s = lay["s_obs"] - obstacle.size[0] / 2 - (EGO.center_offset + EGO.length / 2) - v0 * rng.uniform(3.0, 5.0)
     skip = {route[0], ids[f"f{e - 1}"] if e > 0 else ids["b0"]}
     n = horizon + 1
     agents = _traffic_in_lanes(place.net, ids, skip, garage, rng, n, dt, ego_s, lay["limit"], p=0.3)
@@ -270,7 +270,7 @@ def traffic_crossing(place: Place, rng, garage: Garage, horizon: int, dt: float)
     at 3-5.5 s if it held its initial speed; sometimes oncoming traffic on the main road."""
     lay, n = place.layout, horizon + 1
     net, w, wc, X = place.net, lay["width"], lay["cross_width"], lay["X"]
-    v0 = _ego_speed(rng, lay["limit"], 0.75)
+    v0 = _ego_speed(rng, lay["limit"], 0.85)
     e = int(rng.integers(0, lay["n_fwd"]))
     route = [lay["main_in"][f"f{e}"], lay["main_box"][f"f{e}"], lay["main_out"][f"f{e}"]]
     full = route_path(net, route)

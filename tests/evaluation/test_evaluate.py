@@ -24,7 +24,7 @@ from scenarios.actions import ActionSpec
 from tests.generated import generated_suite
 
 KINDS = ("lane_keep_straight", "lane_keep_curve", "lead_vehicle", "cut_in", "parked_obstacle", "crossing", "merge")
-BASELINES = ("expert", "constant-velocity", "lane-follow")
+BASELINES = ("expert", "reactive", "constant-velocity", "lane-follow")
 SMALL = {"resolution": [32, 16]}  # small cameras for the videos: the tests check logic, not pictures
 TINY_NET = {"cnn_channels": [4], "cnn_kernels": [3], "embed_dim": 16, "hidden_dim": 32, "trunk_layers": 1}
 
@@ -39,7 +39,7 @@ def suite_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def baseline_eval(suite_dir, tmp_path_factory):
-    """The three baselines side by side, in this process, one video each."""
+    """The baselines side by side, in this process, one video each."""
     out = tmp_path_factory.mktemp("eval-baselines")
     cfg = EvaluateConfig(compare=BASELINES, suite=str(suite_dir), out=str(out), env=SMALL, num_actors=0,
                          videos=1, progress=False)  # fmt: skip
@@ -228,6 +228,16 @@ def test_expert_never_collides_nor_deviates_on_any_kind(baseline_eval):
 
 
 @pytest.mark.slow
+def test_the_reactive_driver_passes_every_kind_close_to_the_log(baseline_eval):
+    """The reactive expert in closed loop, from the states it reaches: no event on any clip, and never far
+    from the logged drive (which it drove, choosing among neighbouring bins the ones whose labels replay
+    it: a yield can then start a step apart), well inside the 10 m progress threshold."""
+    for r in baseline_eval.records["reactive"]:
+        assert r["event"] == "" and r["steps"] == r["horizon"] and not r["error"], (r["scenario"], r["event"])
+        assert max(abs(x) for x in r["progress_lag"]) < 6.0, r["scenario"]
+
+
+@pytest.mark.slow
 def test_constant_velocity_runs_into_the_lead_and_the_cutting_in_car(baseline_eval):
     kinds = _by_kind(baseline_eval, "constant-velocity")
     expect = {"lead_vehicle": "dynamic_collision", "cut_in": "dynamic_collision", "crossing": "dynamic_collision",
@@ -245,7 +255,8 @@ def test_lane_follow_keeps_its_lane_and_hits_the_parked_car(baseline_eval):
     for r in kinds["lead_vehicle"]:  # blind to agents, it keeps its speed
         assert r["event"] == "dynamic_collision", (r["scenario"], r["event"])
     for r in kinds["lane_keep_straight"] + kinds["lane_keep_curve"]:
-        assert r["event"] == "" and r["steps"] == r["horizon"], (r["scenario"], r["event"])
+        # it keeps its lane; it may fall behind an expert that speeds up to the limit (it holds its start speed)
+        assert r["event"] in ("", "progress_deviation"), (r["scenario"], r["event"])
         # on the lane centre all along (the last step excepted: holding its speed, it may pass the end of
         # the expert's slower log, and the distance is then to that end point)
         assert max(r["path_distance"][:-1]) < 0.5, r["scenario"]
