@@ -51,12 +51,13 @@ def reactive_drive(scene: ReactiveScene, x0, steps: int, consistent: bool = True
     ``sim.dynamics`` itself (:func:`scenarios.expert.simulate_actions`), so they are what the env does.
     """
     look = round(ANCHOR_HORIZON / scene.dt)
+    r = scene.route
     x0 = np.asarray(x0, dtype=np.float64).reshape(4)
     states = np.zeros((steps + 1, 4))
     actions = np.zeros((steps, 2), dtype=np.int64)
     diag = np.zeros((steps, 3))
     _drive_kernel(
-        *scene.route.arrays(), scene.agent_xy, scene.agent_yaw, scene.agent_size, scene.agent_vel,
+        r.xy, r.s, r.tangent, r.v_allow, r.room, scene.agent_xy, scene.agent_yaw, scene.agent_size, scene.agent_vel,
         scene.agent_present, scene.obstacle_xy, scene.obstacle_yaw, scene.obstacle_size, ego_array(scene.ego),
         scene.settings.array, LAT_BINS, LON_BINS, HALF_WIDTHS, _NEIGHBOURS, x0, steps, look, consistent,
         float(scene.dt), V_MAX, MAX_ACCEL, MAX_DECEL, MAX_STEER, float(ANCHOR_HORIZON), states, actions, diag,

@@ -148,16 +148,16 @@ def place_crossing(rng, garage) -> Place:
     bottom = n_fwd * w + 1.0
     net = RoadNet()
     L = 110.0
-    main = dict(speed_limit=limit)
-    cross = dict(speed_limit=limit_c)
-    main_in = add_road(net, "main_in", straight((X - half_c - L, 0.0), 0.0, L), n_fwd, n_back, w, **main)
+    main_in = add_road(net, "main_in", straight((X - half_c - L, 0.0), 0.0, L), n_fwd, n_back, w, speed_limit=limit)
     main_box = add_road(net, "main_box", straight((X - half_c, 0.0), 0.0, 2 * half_c), n_fwd, n_back, w, False,
-                        False, **main)  # fmt: skip
-    main_out = add_road(net, "main_out", straight((X + half_c, 0.0), 0.0, L), n_fwd, n_back, w, **main)
-    cross_in = add_road(net, "cross_in", straight((X, -bottom - L), np.pi / 2, L), nc_fwd, nc_back, wc, **cross)
+                        False, speed_limit=limit)  # fmt: skip
+    main_out = add_road(net, "main_out", straight((X + half_c, 0.0), 0.0, L), n_fwd, n_back, w, speed_limit=limit)
+    cross_in = add_road(
+        net, "cross_in", straight((X, -bottom - L), np.pi / 2, L), nc_fwd, nc_back, wc, speed_limit=limit_c
+    )
     cross_box = add_road(net, "cross_box", straight((X, -bottom), np.pi / 2, bottom + top), nc_fwd, nc_back, wc,
-                         False, False, **cross)  # fmt: skip
-    cross_out = add_road(net, "cross_out", straight((X, top), np.pi / 2, L), nc_fwd, nc_back, wc, **cross)
+                         False, False, speed_limit=limit_c)  # fmt: skip
+    cross_out = add_road(net, "cross_out", straight((X, top), np.pi / 2, L), nc_fwd, nc_back, wc, speed_limit=limit_c)
     for a, b, c in ((main_in, main_box, main_out), (cross_in, cross_box, cross_out)):
         for key in a:
             if key.startswith("f"):
@@ -185,9 +185,9 @@ def place_merge(rng, garage) -> Place:
     merge_len = float(rng.uniform(50.0, 70.0))
     depth = float(rng.uniform(6.0, 9.0))  # lateral distance of the ramp's start from the right lane
     net = RoadNet()
-    kw = dict(edges=False, speed_limit=limit)
-    main_a = add_road(net, "main_a", straight((x_m - L_before, 0.0), 0.0, L_before), n_fwd, n_back, w, **kw)
-    main_b = add_road(net, "main_b", straight((x_m, 0.0), 0.0, L_after), n_fwd, n_back, w, **kw)
+    before, after = straight((x_m - L_before, 0.0), 0.0, L_before), straight((x_m, 0.0), 0.0, L_after)
+    main_a = add_road(net, "main_a", before, n_fwd, n_back, w, edges=False, speed_limit=limit)
+    main_b = add_road(net, "main_b", after, n_fwd, n_back, w, edges=False, speed_limit=limit)
     r = n_fwd - 1
     y_r = lane_offset(r, True, w)
     for key in main_a:

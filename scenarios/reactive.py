@@ -326,7 +326,8 @@ def reactive_actions(
         osz = _sizes(obstacle_size, len(oxy))
     out = np.empty((len(states), ROW))
     _plan_batch_kernel(
-        *route.arrays(), states, axy, ayaw, asz, avel, apr, oxy, oyaw, osz, ego_array(ego or EgoSpec()),
+        route.xy, route.s, route.tangent, route.v_allow, route.room, states, axy, ayaw, asz, avel, apr, oxy, oyaw,
+        osz, ego_array(ego or EgoSpec()),
         settings.array, LAT_BINS, LON_BINS, HALF_WIDTHS, out,
     )  # fmt: skip
     return out
