@@ -1,5 +1,6 @@
 """Progress against the logged expert on the built-in ``val`` suite: a car that stops or crawls fails
-(``progress_deviation``), the expert does not, and ``route_completion`` tells them apart.
+(``progress_deviation``), the expert and the reactive driver (the rule behind the log, from the states it
+reaches) do not, and ``route_completion`` tells them apart.
 
 Slow: the built-in suite is generated on first use (about a minute); the rollouts themselves take
 seconds (cameras off).
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 from envs import DrivingEnv
+from scenarios.reactive import ReactiveScene
 
 pytestmark = pytest.mark.slow
 
@@ -43,7 +45,17 @@ def test_stopped_and_crawling_egos_fail_the_val_suite_and_the_expert_does_not(va
     assert [e["event"] for e in expert] == [""] * len(ids)  # the expert fails no clip
     assert all(e["route_completion"] > 0.99 for e in expert)
     assert max(e["worst_lag"] for e in expert) < 0.1 * threshold  # far from the threshold, not just under it
-    for long_bin in (0, 1):  # stopped, and crawling at 0.25 m per 0.5 s
+    scenes = {}
+
+    def reactive(info):
+        if info["scenario"] not in scenes:
+            scenes[info["scenario"]] = ReactiveScene.of(env.scenario)
+        return scenes[info["scenario"]].action(info["ego_state"], info["step"]).bins
+
+    runs = [drive(env, sid, reactive) for sid in ids]
+    assert [r["event"] for r in runs] == [""] * len(ids)  # nor does the reactive driver
+    assert max(r["worst_lag"] for r in runs) < 0.6 * threshold
+    for long_bin in (0, 1, 2):  # stopped, and crawling at 0.25 and 0.5 m per 0.5 s
         runs = [drive(env, sid, lambda info, b=long_bin: [CENTRE, b]) for sid in ids]
         failed = [r["event"] == "progress_deviation" for r in runs]
         assert np.mean(failed) >= 0.9, (long_bin, [r["event"] for r in runs])
