@@ -35,7 +35,8 @@ class EnvConfig:
     suite: str = field(
         "train",
         help="Scenarios when none are passed: a built-in suite name (train, val, test: generated on first "
-        "use), a suite directory or a scenario file.",
+        "use) or a prefix of one (train:256, its first 256 clips: only the shards holding them are built), a "
+        "suite directory or a scenario file.",
     )
     skip_broken: bool = field(False, help="Skip scenario files that fail to load (each is logged) instead of raising.")
     quarantine_after: int = field(
