@@ -11,8 +11,8 @@ Modules, bottom up (each imports only ones before it): ``format``; ``actions`` (
 state) and ``reactive_reference`` (its numpy reference), ``drive`` (its closed-loop drive), ``places``
 (roads and obstacles of a background), ``kinds`` (traffic), ``checks``, ``garage`` (assets and street
 layouts); ``generation`` (procedural suites); ``builtin`` (the cached built-in suites and ``load_suite``,
-which takes their names). ``generate`` is ``generation``'s command line, and ``evaluate`` only an
-alias of ``python -m evaluation``; neither is imported here.
+which takes their names and prefixes). ``generate`` is ``generation``'s command line; it is not imported
+here.
 """
 
 from scenarios.builtin import BUILTIN_SUITES, builtin_suite, load_suite
