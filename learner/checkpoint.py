@@ -47,6 +47,7 @@ class TrainState:
     stage: str = "il"  # the stage in progress: "il", "rl", or "done"
     il_iteration: int = 0  # IL pre-training iterations done
     iteration: int = 0  # RL iterations done (rollout + PPO update)
+    warmup: int = 0  # critic warm-up iterations done (rollout + value-only update, before the first RL iteration)
     rounds: int = 0  # PPO+IL rounds done (RL and IL rounds, for the RL:IL alternation)
     version: int = 0  # policy version (one per update), tags fragments
     env_steps: int = 0

@@ -35,6 +35,9 @@ class RolloutConfig:
         check_resources("rollout.resources", self.resources)
 
 
+ADV_NORMS = ("batch", "minibatch", "none")
+
+
 @dataclass(frozen=True)
 class PPOConfig:
     gamma: float = field(0.9, help="discount (RAD: 0.9)")
@@ -44,6 +47,16 @@ class PPOConfig:
     value_clip: float | None = field(None, help="clip range of the value loss (None: unclipped)")
     epochs: int = field(4, help="passes over each batch")
     minibatches: int = field(4, help="minibatches per pass")
+    adv_norm: str = field(
+        "batch",
+        help="advantage normalisation per reward part: 'batch' (over the whole batch, std floored at adv_std_floor: a "
+        "part without events stays ~0 instead of critic noise blown up to unit size), 'minibatch' (CleanRL's, per "
+        "minibatch) or 'none'",
+    )
+    adv_std_floor: float = field(0.1, help="'batch' normalisation divides by max(std, this) per reward part")
+    critic_warmup: int = field(
+        4, help="RL iterations at the start of stage rl that train only the critic, on the IL policy's own rollouts"
+    )
     lr: float = field(3e-4, help="Adam learning rate")
     adam_eps: float = field(1e-5, help="Adam epsilon (CleanRL's 1e-5)")
     lr_final_fraction: float = field(0.3, help="linear decay of the learning rate to lr * this by the run's end")
@@ -56,6 +69,14 @@ class PPOConfig:
     aux_right: float = field(0.1, help="RAD directional loss weight: steer left after drifting right")
     aux_progress: float = field(0.1, help="directional loss weight: speed up before a progress deviation (not RAD's)")
     max_consecutive_skips: int = field(20, help="non-finite losses in a row that stop the run")
+
+    def __post_init__(self):
+        if self.adv_norm not in ADV_NORMS:
+            raise ValueError(f"ppo.adv_norm: expected one of {', '.join(ADV_NORMS)}, got {self.adv_norm!r}")
+        if not self.adv_std_floor >= 0:
+            raise ValueError(f"ppo.adv_std_floor: expected >= 0, got {self.adv_std_floor}")
+        if self.critic_warmup < 0 or self.epochs < 1 or self.minibatches < 1:
+            raise ValueError("ppo: critic_warmup >= 0, epochs >= 1 and minibatches >= 1 are required")
 
 
 @dataclass(frozen=True)

@@ -213,9 +213,10 @@ class LearnerGroup:
         return ray.get([w.call.remote(method, *refs) for w in self.actors])[0]
 
     # -- what the learners do (each on every rank; rank 0's result) --------------------------------
-    def update_rl(self, batch: Batch, demos: Demos | None = None) -> dict[str, float]:
-        """PPO epochs on the gathered fragments (``Learner.update_rl``): the diagnostics."""
-        return self._call(Learner.update_rl, batch, demos)
+    def update_rl(self, batch: Batch, demos: Demos | None = None, critic_only: bool = False) -> dict[str, float]:
+        """PPO epochs on the gathered fragments (``Learner.update_rl``; critic_only: the value loss alone):
+        the diagnostics."""
+        return self._call(Learner.update_rl, batch, demos, critic_only)
 
     def update_il(self, demos: Demos, steps: int) -> dict[str, float]:
         """``steps`` imitation minibatches (``Learner.update_il``): the diagnostics."""

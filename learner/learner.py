@@ -232,10 +232,20 @@ class Learner:
         return True
 
     # -- the loss (one minibatch) --------------------------------------------------------------------
-    def loss_fn(self, mb: Minibatch, demo: Demos | None) -> dict[str, torch.Tensor]:
-        """PPO (+ directional aux, + weighted IL) on one minibatch shard. Advantages arrive normalised."""
+    def loss_fn(self, mb: Minibatch, demo: Demos | None, critic_only: bool = False) -> dict[str, torch.Tensor]:
+        """PPO (+ directional aux, + weighted IL) on one minibatch shard. Advantages arrive normalised.
+        critic_only: the value loss alone (the critic's warm-up: the policy's own parameters get no gradient
+        unless the critic shares them, ``policy.critic='shared'``)."""
         p = self.s.ppo
         out = self.policy.evaluate_actions(mb.obs, mb.actions)
+        if critic_only:
+            v_dim = 0.5 * ((out.values - mb.returns) ** 2).mean(dim=0)  # [2], as ppo_loss's unclipped value loss
+            return {
+                "loss": p.vf_coef * v_dim.sum(),
+                "losses/value_loss": v_dim.sum().detach(),
+                "losses/value_loss_lat": v_dim[0].detach(),
+                "losses/value_loss_long": v_dim[1].detach(),
+            }
         terms = ppo_loss(
             out.log_prob,
             mb.logp,
@@ -283,11 +293,18 @@ class Learner:
             lam=self.s.ppo.lam,
         )
 
-    def update_rl(self, batch: Batch, demos: Demos | None = None) -> dict:
-        """PPO epochs over a [T, B] batch (the gathered fragments). Returns mean diagnostics."""
+    def update_rl(self, batch: Batch, demos: Demos | None = None, critic_only: bool = False) -> dict:
+        """PPO epochs over a [T, B] batch (the gathered fragments). Returns mean diagnostics (CleanRL's names;
+        per action head ``_lat``/``_long``, per reward part for the explained variance).
+
+        Advantages are normalised per reward part by ``ppo.adv_norm``: over the whole batch with the std
+        floored at ``ppo.adv_std_floor`` ('batch'), per minibatch ('minibatch', CleanRL's), or not ('none').
+        critic_only: train the value function alone (the warm-up of stage rl)."""
         p = self.s.ppo
         self.policy.train()
         adv, ret = self.advantages(batch)
+        if p.adv_norm == "batch":  # every rank holds the whole batch: the same statistics everywhere
+            adv = normalize_advantages(adv.reshape(-1, adv.shape[-1]), std_floor=p.adv_std_floor).reshape(adv.shape)
         flat = Minibatch(
             {k: _flat(v) for k, v in batch.obs.items()}, _flat(batch.actions), _flat(batch.logp),
             _flat(batch.values).float(), _flat(adv), _flat(ret), _flat(batch.aux_flags),
@@ -300,13 +317,13 @@ class Learner:
             perm = torch.randperm(N, generator=self.gen)
             for start in range(0, N, mb_size):
                 idx = perm[start : start + mb_size]
-                # normalise over the whole minibatch, then take this rank's slice
-                adv_n = normalize_advantages(flat.adv[idx])
                 mine = self._shard(torch.arange(len(idx)))
                 mb = flat.take(idx[mine])
-                mb.adv = adv_n[mine]
-                demo = self._demo_batch(demos) if (demos is not None and self.s.il_weight > 0) else None
-                terms = self.loss_fn(mb, demo)
+                if p.adv_norm == "minibatch":  # over the whole minibatch, then this rank's slice
+                    mb.adv = normalize_advantages(flat.adv[idx], std_floor=0.0)[mine]
+                use_demos = demos is not None and self.s.il_weight > 0 and not critic_only
+                demo = self._demo_batch(demos) if use_demos else None  # type: ignore[arg-type]
+                terms = self.loss_fn(mb, demo, critic_only)
                 # a rank's mean is over its slice: weight it by the slice's share, so the averaged
                 # gradient is the whole minibatch's even when the slices differ in size
                 terms["loss"] = terms["loss"] * (len(mine) * self.world_size / len(idx))
@@ -323,11 +340,12 @@ class Learner:
         # updated under one normaliser.
         self.policy.update_obs_stats(batch.obs)
         out = {k: v / max(count, 1) for k, v in sums.items()}
-        with torch.no_grad():
+        with torch.no_grad():  # how well the rollout's values (before this update) predicted the returns
             y, yhat = ret.reshape(-1, 2), batch.values.float().reshape(-1, 2)
             var = y.var(dim=0)
-            ev = 1.0 - (y - yhat).var(dim=0) / var.clamp_min(1e-8)
-            out["losses/explained_variance"] = float(torch.where(var > 1e-8, ev, torch.zeros_like(ev)).mean())
+            ev = torch.where(var > 1e-8, 1.0 - (y - yhat).var(dim=0) / var.clamp_min(1e-8), torch.zeros_like(var))
+            out["losses/explained_variance"] = float(ev.mean())
+            out["losses/explained_variance_lat"], out["losses/explained_variance_long"] = float(ev[0]), float(ev[1])
         out.update(self._counters())
         return out
 

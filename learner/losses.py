@@ -20,12 +20,14 @@ _NEG = -1e9
 AUX_NAMES = ("dc_front", "dc_rear", "dev_left", "dev_right", "progress")  # rollout.infos.AUX_FLAGS order
 
 
-def normalize_advantages(adv: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+def normalize_advantages(adv: torch.Tensor, *, std_floor: float, eps: float = 1e-8) -> torch.Tensor:
     """Per-part advantage normalisation, safe on tiny minibatches. adv: [N, P] -> [N, P].
 
-    (adv - mean) / std per column, with the population std (correction 0). Where std <= eps (a minibatch of
-    one, or all-equal advantages) the column is only centred, i.e. returned as zeros-ish without dividing by
-    ~0: all-equal advantages carry no preference between the samples once the baseline is removed. CleanRL's
+    (adv - mean) / max(std, std_floor) per column, with the population std (correction 0). With std_floor > 0
+    a column whose advantages are all small (a reward part with no event in the batch: only the critic's
+    noise) stays small instead of being blown up to unit size. Where std <= eps (a minibatch of one, or
+    all-equal advantages) the column is only centred, i.e. returned as zeros-ish without dividing by ~0:
+    all-equal advantages carry no preference between the samples once the baseline is removed. CleanRL's
     ``(adv - mean) / (adv.std() + 1e-8)`` instead gives NaN for N = 1 (unbiased std) and blows noise up to
     +-1 when the std is tiny but non-zero (sb3#325).
     """
@@ -33,7 +35,7 @@ def normalize_advantages(adv: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
         raise ValueError(f"normalize_advantages: adv must be [N, P], got shape {tuple(adv.shape)}")
     centred = adv - adv.mean(dim=0, keepdim=True)
     std = centred.pow(2).mean(dim=0, keepdim=True).sqrt()  # [1, P]
-    return torch.where(std > eps, centred / std.clamp_min(eps), centred)
+    return torch.where(std > eps, centred / std.clamp_min(max(std_floor, eps)), centred)
 
 
 def _pair(x: float | Sequence[float], name: str) -> tuple[float, float]:
@@ -62,7 +64,8 @@ def ppo_loss(
     """PPO clipped surrogate per action dimension + per-part value loss + entropy bonus.
 
     new_logp, old_logp: [N, 2] log pi of the taken action per dimension (lat | long, long).
-    adv: [N, 2] advantages (lateral part, longitudinal part), normalised per part here when norm_adv.
+    adv: [N, 2] advantages (lateral part, longitudinal part), normalised per part here when norm_adv (CleanRL's
+    per-minibatch normalisation; the learner normalises beforehand and passes norm_adv=False).
     clip: (lateral, longitudinal) clip ranges (RAD: 0.1, 0.2), or one float for both.
     new_values, returns: [N, 2] value predictions and GAE returns per part; old_values: [N, 2], needed when
     value_clip is set (CleanRL's clipped value loss, clip range value_clip).
@@ -99,7 +102,7 @@ def ppo_loss(
 
     mb_advantages = adv.detach()
     if norm_adv:
-        mb_advantages = normalize_advantages(mb_advantages)
+        mb_advantages = normalize_advantages(mb_advantages, std_floor=0.0)
 
     # Policy loss, one clipped surrogate per action dimension with its own advantage part and clip range.
     pg_loss1 = -mb_advantages * ratio

@@ -277,8 +277,16 @@ class Trainer:
         self.tracker.progress(line)
 
     def _rl_updates_total(self) -> int:
+        """Optimizer steps of stage rl, the LR schedule's horizon: the critic's warm-up and the RL iterations
+        (epochs x minibatches each) and the IL rounds that really run between them (RAD's alternation: il_rounds
+        after every rl_rounds RL iterations but the last)."""
         cfg = self.cfg
-        return cfg.iterations * cfg.ppo.epochs * cfg.ppo.minibatches + cfg.iterations * cfg.il.steps_per_iteration
+        il = cfg.il
+        il_rounds = 0
+        if il.mode == "alternate" and il.il_rounds and cfg.iterations:
+            il_rounds = il.il_rounds * ((cfg.iterations - 1) // il.rl_rounds)
+        ppo_steps = (cfg.ppo.critic_warmup + cfg.iterations) * cfg.ppo.epochs * cfg.ppo.minibatches
+        return ppo_steps + il_rounds * il.steps_per_iteration
 
     # -- checkpoints -------------------------------------------------------------------------------
     def checkpoint(self, state: ckpt_io.TrainState, reason: str, snapshot_run: str | None = None) -> None:
@@ -508,6 +516,23 @@ class Trainer:
         cfg = self.cfg
         T = cfg.rollout.fragment_length
         ep_window: list[dict] = []
+        while state.warmup < cfg.ppo.critic_warmup and state.iteration == 0:
+            # the critic learns the IL policy's returns before any policy update: PPO's first advantages are then
+            # measured against a value function, not an untrained head's noise
+            t0 = time.perf_counter()
+            self.rollout_group.set_weights(state.version, self.learner_group.weights())
+            frags = self.rollout_group.sample(T, timeout_s=cfg.rollout.timeout_s)
+            m = self.learner_group.update_rl(stack_time(frags), critic_only=True)
+            state.warmup += 1
+            state.version += 1
+            state.env_steps += sum(f.env_steps for f in frags)
+            m["charts/warmup_seconds"] = time.perf_counter() - t0
+            self.tracker.log(state.env_steps, m)
+            self.tracker.progress(
+                f"critic warm-up {state.warmup}/{cfg.ppo.critic_warmup} | value loss "
+                f"{m.get('losses/value_loss', float('nan')):.4f} | explained variance "
+                f"{m.get('losses/explained_variance', float('nan')):+.2f}"
+            )
         while state.iteration < cfg.iterations:
             if self._is_il_round(state) and demos is not None:
                 t0 = time.perf_counter()

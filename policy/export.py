@@ -45,11 +45,10 @@ import torch
 
 from envs.config import EnvConfig
 from policy.exported import FORMAT, FORMAT_VERSION, OUTPUTS, POLICY_JSON, ExportError, load_exported
-from policy.network import ExportPolicy, PolicyConfig, RunningNorm, random_obs
+from policy.network import ExportPolicy, RunningNorm, random_obs
 from policy.sources import PolicySource, PolicySourceError, resolve_policy_source, space_to_json
 from sim.camera import make_rig
 from sim.configs import field, parse_cli, to_dict
-from sim.configs import from_dict as config_from_dict
 from sim.dynamics import ANCHOR_HORIZON
 from sim.files import sha256_file
 
@@ -445,7 +444,7 @@ def _write_package(
     _export_pt2(wrapper, names, example, tmp / PT2_FILE)
     pt2_s = time.perf_counter() - t
 
-    pcfg = to_dict(config_from_dict(PolicyConfig, dict(src.policy_config)))
+    pcfg = to_dict(net.cfg)  # what the network was built with (a checkpoint's config may predate a field)
     try:
         env_resolved = EnvConfig.from_dict(src.env_config).to_dict()
     except ValueError:

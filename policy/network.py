@@ -64,6 +64,7 @@ VECTOR_PARTS = ("ego", "navigation", "route")  # running-normalised, flattened, 
 RAW_PARTS = ("command",)  # one-hot: MLP without normalisation
 MASK_KEYS = {"agents": "agents_mask", "map": "map_mask"}
 TOKEN_PARTS = ("agents", "map")
+CRITICS = ("separate", "detached", "shared")
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,12 @@ class PolicyConfig:
     image_std: tuple[float, float, float] = field(
         (0.229, 0.224, 0.225), help="fixed per-channel (RGB) std of images scaled to [0, 1]"
     )
+    critic: str = field(
+        "separate",
+        help="the value function: 'separate' (its own part encoders and trunk; camera features reach it detached), "
+        "'detached' (a head on the policy's trunk features, no gradient into them) or 'shared' (a head on the "
+        "policy's trunk, its loss training the trunk too)",
+    )
     obs_clip: float = field(10.0, help="normalised vector observations are clipped to [-obs_clip, obs_clip]")
     norm_eps: float = field(1e-8, help="added to the running variance before the square root")
 
@@ -114,6 +121,8 @@ class PolicyConfig:
             )
         if self.token_pool not in ("max", "mean", "attention"):
             raise ValueError(f"PolicyConfig.token_pool: expected 'max', 'mean' or 'attention', got {self.token_pool!r}")
+        if self.critic not in CRITICS:
+            raise ValueError(f"PolicyConfig.critic: expected one of {', '.join(CRITICS)}, got {self.critic!r}")
         if self.camera_fusion not in ("concat", "mean"):
             raise ValueError(f"PolicyConfig.camera_fusion: expected 'concat' or 'mean', got {self.camera_fusion!r}")
         for name in ("embed_dim", "hidden_dim", "trunk_layers"):
@@ -295,42 +304,35 @@ class ActorCritic(nn.Module):
         if not self.parts:
             raise ValueError(f"ActorCritic: the observation space has none of {OBS_PARTS}")
         spaces = observation_space.spaces
-        E = cfg.embed_dim
 
-        self.encoders = nn.ModuleDict()
-        self.norms = nn.ModuleDict()
+        self.norms = nn.ModuleDict()  # running statistics of the vector parts (shared by actor and critic)
         if "cameras" in spaces:
             C, H, W, three = _check_box(spaces["cameras"], "cameras", 4)
             if three != 3:
                 raise ValueError(
                     f"ActorCritic: observation_space['cameras'] must be [C, H, W, 3], got {(C, H, W, three)}"
                 )
-            self.encoders["cameras"] = CameraEncoder(C, H, W, cfg)
         if "ego" in spaces:
             (n,) = _check_box(spaces["ego"], "ego", 1)
             self.norms["ego"] = RunningNorm((n,), cfg.obs_clip, cfg.norm_eps)
-            self.encoders["ego"] = mlp(n, E)
         for key in ("navigation", "route"):
             if key in spaces:
-                K, two = _check_box(spaces[key], key, 2)
-                self.norms[key] = RunningNorm((K, two), cfg.obs_clip, cfg.norm_eps)
-                self.encoders[key] = mlp(K * two, E)
+                self.norms[key] = RunningNorm(_check_box(spaces[key], key, 2), cfg.obs_clip, cfg.norm_eps)
         if "command" in spaces:
-            (n,) = _check_box(spaces["command"], "command", 1)
-            self.encoders["command"] = mlp(n, E)
+            _check_box(spaces["command"], "command", 1)
         for key in TOKEN_PARTS:
             if key in spaces:
                 _, n_feat = _check_box(spaces[key], key, 2)
                 self.norms[key] = RunningNorm((n_feat,), cfg.obs_clip, cfg.norm_eps)
-                self.encoders[key] = TokenSetEncoder(n_feat, cfg)
-
+        self.encoders = self._part_encoders(spaces, cameras=True)
+        self.trunk = self._trunk()
+        # The critic: its own encoders and trunk ('separate'; the camera features, from the policy's encoder,
+        # reach it detached), or a head on the policy's trunk ('detached', 'shared').
+        self.critic = cfg.critic
+        if self.critic == "separate":
+            self.critic_encoders = self._part_encoders(spaces, cameras=False)
+            self.critic_trunk = self._trunk()
         D = cfg.hidden_dim
-        trunk: list[nn.Module] = [nn.LayerNorm(E * len(self.parts))]
-        d_in = E * len(self.parts)
-        for _ in range(cfg.trunk_layers):
-            trunk += [layer_init(nn.Linear(d_in, D)), nn.ReLU()]
-            d_in = D
-        self.trunk = nn.Sequential(*trunk)
 
         # Heads. Small init (CleanRL: 0.01) starts the policy near uniform over the feasible bins.
         self.long_head = layer_init(nn.Linear(D, spec.n_long), std=0.01)
@@ -344,6 +346,33 @@ class ActorCritic(nn.Module):
         # Derived from the spec, so not saved: a checkpoint loads only into a network with the same bins anyway.
         self.register_buffer("feasible", torch.as_tensor(spec.feasibility()), persistent=False)
 
+    def _part_encoders(self, spaces, cameras: bool) -> nn.ModuleDict:
+        """One encoder per observation part (the camera encoder only when ``cameras``): each maps its part to
+        [B, embed_dim]."""
+        cfg, E = self.cfg, self.cfg.embed_dim
+        enc = nn.ModuleDict()
+        for key in self.parts:
+            shape = tuple(spaces[key].shape)
+            if key == "cameras":
+                if cameras:
+                    C, H, W, _ = shape
+                    enc[key] = CameraEncoder(C, H, W, cfg)
+            elif key in TOKEN_PARTS:
+                enc[key] = TokenSetEncoder(shape[-1], cfg)
+            else:  # ego, command: [n]; navigation, route: [K, 2] flattened
+                enc[key] = mlp(int(np.prod(shape)), E)
+        return enc
+
+    def _trunk(self) -> nn.Sequential:
+        """LayerNorm over the concatenated part embeddings, then ``trunk_layers`` Linear+ReLU to hidden_dim."""
+        cfg = self.cfg
+        d_in = cfg.embed_dim * len(self.parts)
+        layers: list[nn.Module] = [nn.LayerNorm(d_in)]
+        for _ in range(cfg.trunk_layers):
+            layers += [layer_init(nn.Linear(d_in, cfg.hidden_dim)), nn.ReLU()]
+            d_in = cfg.hidden_dim
+        return nn.Sequential(*layers)
+
     # ---- features -------------------------------------------------------------------------------
     def _get(self, obs: dict[str, torch.Tensor], key: str) -> torch.Tensor:
         if key not in obs:
@@ -354,20 +383,39 @@ class ActorCritic(nn.Module):
         m = obs.get(MASK_KEYS[key])
         return torch.ones(tokens.shape[:-1], dtype=tokens.dtype, device=tokens.device) if m is None else m
 
-    def features(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Fused trunk features h [B, hidden_dim]."""
+    def _embed(self, obs: dict[str, torch.Tensor], encoders: nn.ModuleDict, camera: torch.Tensor | None = None):
+        """Per-part embeddings [B, E] each, in ``self.parts`` order; the cameras' from ``encoders`` or given."""
         feats = []
         for key in self.parts:
             x = self._get(obs, key)
             if key == "cameras":
-                feats.append(self.encoders[key](x))
+                feats.append(encoders[key](x) if camera is None else camera)
             elif key in RAW_PARTS:
-                feats.append(self.encoders[key](x.float()))
+                feats.append(encoders[key](x.float()))
             elif key in TOKEN_PARTS:
-                feats.append(self.encoders[key](self.norms[key](x.float()), self._mask(obs, key, x)))
+                feats.append(encoders[key](self.norms[key](x.float()), self._mask(obs, key, x)))
             else:
-                feats.append(self.encoders[key](self.norms[key](x.float()).flatten(1)))
-        return self.trunk(torch.cat(feats, dim=-1))
+                feats.append(encoders[key](self.norms[key](x.float()).flatten(1)))
+        return feats
+
+    def features(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Fused trunk features h [B, hidden_dim] of the policy."""
+        return self.trunk(torch.cat(self._embed(obs, self.encoders), dim=-1))
+
+    def _features_and_values(self, obs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(policy features h [B, hidden_dim], values [B, 2] per reward part), by ``cfg.critic``."""
+        if self.critic != "separate":
+            h = self.features(obs)
+            return h, self.value_head(h.detach() if self.critic == "detached" else h)
+        feats = self._embed(obs, self.encoders)
+        h = self.trunk(torch.cat(feats, dim=-1))
+        camera = feats[self.parts.index("cameras")].detach() if "cameras" in self.parts else None
+        hv = self.critic_trunk(torch.cat(self._embed(obs, self.critic_encoders, camera), dim=-1))
+        return h, self.value_head(hv)
+
+    def values(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """V(s) [B, 2] per reward part (lateral, longitudinal)."""
+        return self._features_and_values(obs)[1].float()
 
     def freeze_cameras(self) -> int:
         """Keep the camera encoder (the perception stage's image encoder) as it is: its parameters get no
@@ -425,7 +473,7 @@ class ActorCritic(nn.Module):
     ) -> PolicyOutput:
         """obs: dict of [B, ...] tensors. action: [B, 2] int64 (lat, long) to evaluate, or None to choose one
         (sampled, or argmax long then argmax lateral under its mask when deterministic)."""
-        h = self.features(obs)
+        h, values = self._features_and_values(obs)
         logits_long = self.long_head(h).float()  # [B, n_long]; every bin has a feasible lateral, so no mask
         if action is None:
             long_idx = logits_long.argmax(-1) if deterministic else self._sample(logits_long)
@@ -446,7 +494,7 @@ class ActorCritic(nn.Module):
             action=torch.stack([lat_idx, long_idx], dim=-1),
             log_prob=torch.stack([logp_lat, logp_long], dim=-1),
             entropy=torch.stack([ent_lat, ent_long], dim=-1),
-            values=self.value_head(h).float(),
+            values=values.float(),
             logits_long=logits_long,
             logits_lat=logits_lat,
         )
@@ -484,13 +532,13 @@ class ExportPolicy(nn.Module):
         self.policy = policy
 
     def forward(self, obs: dict[str, torch.Tensor]):
-        h = self.policy.features(obs)
+        h, values = self.policy._features_and_values(obs)
         logits_long = self.policy.long_head(h)
         lat_all = self.policy.lateral_logits_all(h)  # [B, n_long, n_lat]
         long_idx = logits_long.argmax(-1)  # [B]
         row = torch.gather(lat_all, 1, long_idx[:, None, None].expand(-1, 1, lat_all.shape[-1]))[:, 0]
         action = torch.stack([row.argmax(-1), long_idx], dim=-1)
-        return action, logits_long, lat_all, self.policy.value_head(h)
+        return action, logits_long, lat_all, values
 
 
 # ---- benchmark: python -m policy.network --bench ---------------------------------------------------

@@ -147,7 +147,8 @@ class PolicySource:
 
     def build_policy(self) -> ActorCritic:
         """A fresh ActorCritic in eval mode with these weights."""
-        net = _build_network(self.obs_space, self.action_spec, self.policy_config, self.provenance.get("spec", ""))
+        where = self.provenance.get("spec", "")
+        net = _build_network(self.obs_space, self.action_spec, self.policy_config, where, self.weights)
         net.load_state_dict(self.weights)
         return net.eval()
 
@@ -346,16 +347,21 @@ def _redacted(config: dict) -> dict:
     return config
 
 
-def _build_network(obs_space, action_spec, policy_config: Mapping[str, Any], where: str):
+def _build_network(obs_space, action_spec, policy_config: Mapping[str, Any], where: str, weights=None):
+    """The ActorCritic of a policy config; a config from before ``critic`` existed gets the critic its
+    weights hold (a separate one has ``critic_*`` parameters, else the head sat on the shared trunk)."""
+    policy_config = dict(policy_config)
+    if "critic" not in policy_config and weights is not None:
+        policy_config["critic"] = "separate" if any(k.startswith("critic_") for k in weights) else "shared"
     try:
-        cfg = from_dict(PolicyConfig, dict(policy_config))
+        cfg = from_dict(PolicyConfig, policy_config)
         return ActorCritic(obs_space, action_spec, cfg)
     except (ConfigError, ValueError, TypeError) as e:
         raise PolicySourceError(f"{where}: cannot build the network: {e}") from None
 
 
 def _check_weights_fit(weights, obs_space, action_spec, policy_config, where: str) -> None:
-    net = _build_network(obs_space, action_spec, policy_config, where)
+    net = _build_network(obs_space, action_spec, policy_config, where, weights)
     want = net.state_dict()
     missing = sorted(set(want) - set(weights))
     extra = sorted(set(weights) - set(want))

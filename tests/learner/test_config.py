@@ -112,9 +112,8 @@ def test_learner_settings_come_from_the_ppo_and_il_sections():
     il = ILConfig(batch_size=16, focal_gamma=2.0, mode="weighted", weight=0.25)
     s = learner_settings(TrainConfig(seed=9, ppo=ppo, il=il, gpus_per_learner=0.0), total_updates=0, lr=1e-3)
     assert (s.lr, s.total_updates, s.seed, s.device) == (1e-3, 1, 9, "cpu")  # the schedule spans >= 1 update
-    assert (s.gamma, s.lam, s.clip_lateral, s.clip_longitudinal, s.ent_coef) == (0.8, 0.9, 0.05, 0.2, 0.02)
-    assert (s.epochs, s.minibatches, s.adam_eps, s.max_consecutive_skips) == (3, 5, 1e-6, 7)
+    assert s.ppo is ppo and s.il is il  # the sections as they are: no field copied by hand
     assert s.aux_weights == (0.3, 0.1, 0.1, 0.1, 0.0)  # front, rear, left, right, progress
-    assert (s.il_batch_size, s.il_focal_gamma, s.il_weight) == (16, 2.0, 0.25)
+    assert s.il_weight == 0.25
     alternate = learner_settings(TrainConfig(il=ILConfig(weight=0.25)), total_updates=10, lr=3e-4)
     assert alternate.il_weight == 0.0  # the weight only counts in the weighted mode

@@ -138,13 +138,13 @@ def test_clipped_value_loss():
 
 
 def test_normalize_advantages_safe_on_tiny_minibatches():
-    one = normalize_advantages(torch.tensor([[3.0, -2.0]]))
+    one = normalize_advantages(torch.tensor([[3.0, -2.0]]), std_floor=0.0)
     assert torch.equal(one, torch.zeros(1, 2))
-    same = normalize_advantages(torch.full((5, 2), 0.3))
+    same = normalize_advantages(torch.full((5, 2), 0.3), std_floor=0.0)
     assert torch.isfinite(same).all() and same.abs().max().item() < 1e-6
     # Columns are normalised independently: one constant, one varying.
     adv = torch.tensor([[1.0, 0.0], [1.0, 2.0], [1.0, 4.0]])
-    out = normalize_advantages(adv)
+    out = normalize_advantages(adv, std_floor=0.0)
     assert out[:, 0].abs().max().item() < 1e-6
     assert out[:, 1].mean().item() == pytest.approx(0.0, abs=1e-6)
     assert out[:, 1].pow(2).mean().sqrt().item() == pytest.approx(1.0, rel=1e-5)
@@ -152,6 +152,25 @@ def test_normalize_advantages_safe_on_tiny_minibatches():
     z = torch.zeros(1, 2)
     terms = ppo(torch.tensor([[0.1, -0.1]]), z, torch.tensor([[5.0, -5.0]]), new_values=z, returns=z)
     assert finite_or_skip(terms)
+
+
+def test_a_std_floor_keeps_a_part_without_events_small():
+    """Lateral part: only critic noise (std 0.01); longitudinal: one collision's -1 among zeros. Without a floor
+    the noise is blown up to unit size like the event; with a floor of 0.1 it stays a tenth of the event's."""
+    g = torch.Generator().manual_seed(0)
+    noise = 0.01 * torch.randn(100, generator=g)
+    event = torch.zeros(100)
+    event[7] = -1.0
+    adv = torch.stack([noise, event], 1)
+    plain = normalize_advantages(adv, std_floor=0.0)
+    floored = normalize_advantages(adv, std_floor=0.1)
+    assert plain[:, 0].pow(2).mean().sqrt().item() == pytest.approx(1.0, rel=1e-4)
+    noise_std = (noise - noise.mean()).pow(2).mean().sqrt().item()
+    assert floored[:, 0].pow(2).mean().sqrt().item() == pytest.approx(noise_std / 0.1, rel=1e-4)  # ~0.1
+    # the event's part has std ~0.0995 < 0.1: floored too, by hand: (x - mean) / 0.1
+    event_std = (event - event.mean()).pow(2).mean().sqrt().item()
+    assert event_std < 0.1
+    assert floored[7, 1].item() == pytest.approx((-1.0 - event.mean().item()) / 0.1, rel=1e-5)
 
 
 def test_il_loss_is_cross_entropy_at_the_expert_bins():

@@ -315,3 +315,49 @@ def test_built_from_the_envs_spec_uses_its_mask():
     a = model.act(obs).action.numpy()
     assert spec.feasibility()[a[:, 1], a[:, 0]].all()
     assert torch.equal(model.feasible, torch.as_tensor(spec.feasibility()))
+
+
+def _grads(net: ActorCritic, loss: torch.Tensor) -> dict[str, float]:
+    net.zero_grad(set_to_none=True)
+    loss.backward()
+    return {k: float(p.grad.abs().sum()) if p.grad is not None else 0.0 for k, p in net.named_parameters()}
+
+
+def _moved(grads: dict[str, float], prefix: str) -> bool:
+    return any(v > 0 for k, v in grads.items() if k.startswith(prefix))
+
+
+@pytest.mark.parametrize("critic", ["separate", "detached", "shared"])
+def test_the_value_loss_reaches_the_policy_trunk_only_with_a_shared_critic(critic):
+    """An untrained critic's first losses must not move a trunk that imitation trained ('separate', 'detached');
+    'shared' is the old coupling, kept for comparison. The policy's loss never moves a separate critic."""
+    torch.manual_seed(0)
+    net = ActorCritic(SMALL, SPEC, PolicyConfig(critic=critic))
+    obs = make_obs(SMALL, 4)
+    out = net(obs)
+    g = _grads(net, out.values.sum())
+    assert _moved(g, "value_head")
+    assert _moved(g, "trunk") == (critic == "shared")
+    assert _moved(g, "encoders.cameras") == (critic == "shared")  # camera features reach other critics detached
+    assert _moved(g, "critic_trunk") == (critic == "separate")
+    g = _grads(net, net(obs).log_prob.sum())
+    assert _moved(g, "trunk") and not _moved(g, "critic_") and not _moved(g, "value_head")
+    # the export wrapper gives the same values
+    ex = ExportPolicy(net.eval())
+    torch.testing.assert_close(ex(obs)[3].float(), net.values(obs))
+
+
+def test_critic_setting_is_checked():
+    with pytest.raises(ValueError, match="PolicyConfig.critic"):
+        PolicyConfig(critic="twin")
+
+
+def test_a_checkpoint_from_before_the_critic_setting_loads_with_the_critic_its_weights_hold():
+    from policy.sources import _build_network
+
+    old = ActorCritic(SMALL, SPEC, PolicyConfig(critic="shared")).state_dict()  # no critic_* weights
+    net = _build_network(SMALL, SPEC, {"embed_dim": 128}, "old checkpoint", old)  # its config has no 'critic'
+    assert net.critic == "shared"
+    net.load_state_dict(old)
+    new = ActorCritic(SMALL, SPEC, PolicyConfig()).state_dict()
+    assert _build_network(SMALL, SPEC, {}, "new checkpoint", new).critic == "separate"

@@ -64,10 +64,10 @@ def test_values_and_bootstrap_match_the_policy(suite):
     """values[t] = V(obs[t]); on a non-final step next_values[t] = values[t+1]; on a truncated step it is
     V(final observation), which differs from V(the next episode's first observation)."""
     w = RolloutWorker(spec_for(suite, num_envs=2, seed=3))
-    f = w.sample(16)
+    f = w.sample(64)  # long enough for a random policy to reach a clip's end (12 steps) in some episode
     with torch.no_grad():
         flat = {k: torch.from_numpy(v.reshape(-1, *v.shape[2:])) for k, v in f.obs.items()}
-        v = w.policy.act(flat).values.numpy().reshape(16, 2, 2)
+        v = w.policy.act(flat).values.numpy().reshape(64, 2, 2)
     np.testing.assert_allclose(v, f.values, atol=1e-5)
     cont = ~(f.terminated | f.truncated)
     np.testing.assert_allclose(f.next_values[:-1][cont[:-1]], f.values[1:][cont[:-1]], atol=1e-5)
