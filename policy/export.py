@@ -51,6 +51,7 @@ from sim.camera import make_rig
 from sim.configs import field, parse_cli, to_dict
 from sim.dynamics import ANCHOR_HORIZON
 from sim.files import sha256_file
+from sim.seeding import derive_seed
 
 log = logging.getLogger(__name__)
 
@@ -304,8 +305,10 @@ def _write_json(path: Path, obj: dict) -> None:
 
 
 def _random_check_obs(src: PolicySource, n: int, seed: int) -> list[dict[str, np.ndarray]]:
-    """Random observation batches from the policy's space: one of n, and a batch of 1."""
-    return [{k: v.numpy() for k, v in _example_obs(src.obs_space, b, seed + i).items()} for i, b in enumerate((n, 1))]
+    """Random observation batches from the policy's space: one of n, and a batch of 1 (seeded
+    ``derive_seed(seed, 0)`` and ``derive_seed(seed, 1)``)."""
+    batches = [_example_obs(src.obs_space, b, derive_seed(seed, i)) for i, b in enumerate((n, 1))]
+    return [{k: v.numpy() for k, v in obs.items()} for obs in batches]
 
 
 def _compare(eager, other, batches: list[dict[str, np.ndarray]]) -> dict:

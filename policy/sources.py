@@ -83,6 +83,7 @@ from policy.spaces import (
 )
 from scenarios.actions import ActionSpec
 from sim.configs import ConfigError, from_dict
+from sim.files import sha256_file
 from store import MANIFEST, CheckpointStore, StoreError, bytes_to_tensors
 
 CHECKPOINT_REQUIRED = ("policy.safetensors", "config.json")
@@ -414,7 +415,7 @@ def _resolve_exported(s: SourceSpec) -> PolicySource:
         kind="exported",
         spec=s.shown,
         path=str(folder.resolve()),
-        policy_json_sha256=hashlib.sha256((folder / POLICY_JSON).read_bytes()).hexdigest(),
+        policy_json_sha256=sha256_file(folder / POLICY_JSON),
         exported_at=spec.get("exported_at"),
         source=src,
     )
