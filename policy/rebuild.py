@@ -14,7 +14,7 @@ import gymnasium as gym
 from envs.observation import observation_space
 from policy.errors import PolicySourceError
 from policy.spaces import SPACES_FILE
-from scenarios.builtin import BUILTIN_SUITES, BUILTIN_VERSION, builtin_suite, cache_root
+from scenarios.builtin import builtin_files, is_builtin_spec, is_generated, parse_spec
 from scenarios.io import ScenarioError, scenario_files
 from scenarios.io import load as load_scenario
 from sim.camera import make_rig
@@ -56,8 +56,7 @@ def guess_rig(obs_space: gym.spaces.Dict, env_cfg, config: dict) -> dict | None:
     if name is None:
         suite = str(config.get("suite") or env_cfg.suite)
         try:
-            cached = cache_root() / f"builtin-{suite}-v{BUILTIN_VERSION}"
-            if suite in BUILTIN_SUITES and not (cached / "suite.yaml").is_file():
+            if is_builtin_spec(suite) and not Path(suite).exists() and not is_generated(_first_of(suite)):
                 return None
             name = _first_scenario_rig(suite, "").name
         except PolicySourceError:
@@ -65,18 +64,26 @@ def guess_rig(obs_space: gym.spaces.Dict, env_cfg, config: dict) -> dict | None:
     return dict(name=name, width=int(W), height=int(H))
 
 
+def _first_of(spec: str) -> str:
+    """The spec of a built-in suite spec's first scenario (``train:256`` -> ``train:1``): its rig is the
+    suite's, and only the first shard need be there."""
+    return f"{parse_spec(spec)[0]}:1"
+
+
 def _first_scenario_rig(suite: str, where: str):
-    """The RigSpec of the first scenario (by file name) of a suite folder, scenario file or built-in suite."""
+    """The RigSpec of the first scenario of a scenario file, a suite folder (by file name) or a built-in
+    suite spec (``train``, ``train:256``: in the suite's order, its first shard generated if not cached)."""
     p = Path(suite)
     try:
         if p.is_file():
             return load_scenario(p).rig
-        if not p.is_dir():
-            if suite not in BUILTIN_SUITES:
-                raise ScenarioError(f"{suite}: no such folder or file, nor a built-in suite")
+        if p.is_dir():
+            files = scenario_files(p)
+        elif is_builtin_spec(suite):
             log.info("reading the camera rig of built-in suite %r (generated first if not cached)", suite)
-            p = builtin_suite(suite)
-        files = scenario_files(p)
+            files = builtin_files(_first_of(suite))
+        else:
+            raise ScenarioError(f"{suite}: no such folder or file, nor a built-in suite (train, train:256, ...)")
         if not files:
             raise ScenarioError(f"{p}: no scenario files")
         return load_scenario(files[0]).rig

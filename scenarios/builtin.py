@@ -67,7 +67,7 @@ import yaml
 from scenarios import generation
 from scenarios.format import KINDS, Scenario
 from scenarios.io import ScenarioError, load_files, load_folder
-from sim.files import atomic_write
+from sim.files import atomic_write, cache_dir
 
 try:
     import fcntl
@@ -94,14 +94,9 @@ class SuiteLockTimeout(RuntimeError):
 
 
 def cache_root() -> Path:
-    """Where built-in suites live: ``$SPLATDRIVE_CACHE/scenarios``, else ``<repo>/.cache/scenarios``."""
-    env = os.environ.get("SPLATDRIVE_CACHE")
-    if env:
-        return Path(env).expanduser() / "scenarios"
-    repo = Path(__file__).resolve().parents[1]
-    if (repo / "pyproject.toml").is_file():
-        return repo / ".cache" / "scenarios"
-    return Path.home() / ".cache" / "splatdrive" / "scenarios"
+    """Where built-in suites live: ``sim.files.cache_dir("scenarios")`` (``$SPLATDRIVE_CACHE/scenarios``,
+    else ``<repo>/.cache/scenarios``)."""
+    return cache_dir("scenarios")
 
 
 def _env_number(var: str, lo: float, kind=int):
@@ -208,8 +203,22 @@ def shard_folder(name: str, index: int, per_kind: int | None = None, gaussians: 
 
 
 def is_generated(name: str, per_kind: int | None = None, gaussians: int | None = None) -> bool:
-    """Whether built-in suite ``name`` is complete in the cache, every shard (nothing is generated)."""
-    return (suite_folder(name, per_kind, gaussians) / _COMPLETE).is_file()
+    """Whether built-in suite spec ``name`` is in the cache (nothing is generated): a whole suite
+    (``train``) every shard, a prefix (``train:256``) the shards that hold it."""
+    suite, count = parse_spec(name)
+    root = suite_folder(suite, per_kind, gaussians)
+    if (root / _COMPLETE).is_file():
+        return True
+    if count is None:
+        return False
+    total = 0
+    for sh in shards(suite, per_kind):
+        if total >= count:
+            break
+        if not (root / sh.name / _COMPLETE).is_file():
+            return False
+        total += sh.count
+    return True
 
 
 def lock_path(name: str, per_kind: int | None = None, gaussians: int | None = None, shard: int = 0) -> Path:

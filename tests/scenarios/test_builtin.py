@@ -117,6 +117,8 @@ def test_train_is_built_in_shards_and_a_prefix_builds_only_its_own(cache, monkey
     assert [(s.count, s.seed, s.variants) for s in plan] == [(112, 14 * k, 8) for k in range(9)]
     files = builtin.builtin_files("train:250", progress=False)  # 3 shards of 112 hold the first 250
     assert [c["seed"] for c in calls] == [0, 14, 28] and not builtin.is_generated("train")
+    assert builtin.is_generated("train:250") and builtin.is_generated("train:336")  # what 3 shards hold
+    assert not builtin.is_generated("train:337") and not builtin.is_generated("val:1")
     root = builtin.suite_folder("train")
     assert files[0] == root / "shard-00" / "train-s0-0.json" and files[-1] == root / "shard-02" / "train-s28-25.json"
     assert len(files) == 250
