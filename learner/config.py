@@ -110,10 +110,15 @@ class PerceptionConfig:
     """Stage perception (RAD's stage 1, ``learner.perception``): the camera encoder and BEV heads learn
     to see the agents and the map from the images, labelled by the digital twin's ground truth."""
 
-    epochs: int = field(20, help="passes over the training frames (built-in train: 42 clips x 80 steps / every)")
+    epochs: int = field(20, help="passes over the training frames")
     batch_size: int = field(32, help="frames per minibatch")
     lr: float = field(1e-3, help="Adam learning rate")
-    every: int = field(8, help="a training frame every N steps of each training clip's expert drive")
+    frames: int = field(
+        2016,
+        help="training frames, drawn evenly over the training clips (each clip its share, at steps spread over its "
+        "horizon; built-in train: 1,008 clips x 2)",
+    )
+    every: int = field(0, help="N > 0: a training frame every N steps of each training clip instead (frames ignored)")
     val_every: int = field(16, help="a metrics frame every N steps of each eval.suite clip")
     jitter_m: float = field(1.0, help="frames from the expert's pose moved sideways by up to this (m)")
     jitter_deg: float = field(10.0, help="... and turned by up to this (degrees)")
@@ -127,9 +132,11 @@ class PerceptionConfig:
     freeze: bool = field(True, help="stages il and rl keep the image encoder that stage perception trained frozen")
 
     def __post_init__(self):
-        for name in ("epochs", "batch_size", "every", "val_every", "cells", "shard_frames"):
+        for name in ("epochs", "batch_size", "frames", "val_every", "cells", "shard_frames"):
             if getattr(self, name) < 1:
                 raise ValueError(f"perception.{name}: expected >= 1, got {getattr(self, name)}")
+        if self.every < 0:
+            raise ValueError(f"perception.every: expected >= 0 (0: perception.frames decides), got {self.every}")
         if self.cells % 4:
             raise ValueError(f"perception.cells: expected a multiple of 4, got {self.cells}")
         for name in ("lr", "range_m", "cache_mb"):

@@ -73,12 +73,13 @@ PAIRED = (("collision", "CR"), ("RC", "RC"), ("DS", "driving score"))
 
 # The study's budget, sized so that the whole study (3 seeds x three stages in camera mode, the teacher,
 # the ablations, every evaluation) runs in about an hour on 2 CPU cores (the README has the measured wall
-# time): stage perception on 840 training frames (every 4th step of the 42 clips), 30 epochs; 60 IL
-# iterations; 100 RL iterations x (2 actors x 4 envs x 32 steps) = 25,600 env-steps of RL per seed, with
-# an evaluation on val every 50 RL iterations for the learning curve. A longer RL stage is one setting
+# time): stage perception on 2,016 training frames (perception.frames: 2 from each of train's 1,008 clips;
+# the frame cache is rendered once for every seed), 30 epochs; 60 IL iterations; 100 RL iterations x
+# (2 actors x 4 envs x 32 steps) = 25,600 env-steps of RL per seed, with an evaluation on val every 50 RL
+# iterations for the learning curve. A longer RL stage is one setting
 # (``train.iterations=400``: 102,400 env-steps, about 4x the RL time).
 STUDY_TRAIN = TrainConfig(  # only what differs from TrainConfig's own defaults (stage perception+il+rl, ...)
-    perception=PerceptionConfig(every=4, epochs=30),
+    perception=PerceptionConfig(epochs=30),
     iterations=100,
     store=StoreConfig(checkpoint_every=50),
     il=ILConfig(pretrain_iterations=60),

@@ -15,13 +15,15 @@ Design (RAD §3.2, kept small enough for two CPU cores):
   box's axes); its velocity is that agent's; drivable when its centre lies within half a lane width of
   a lane centre line; lane centre within ``LANE_CENTRE_M`` of one. Cells no camera sees (behind or
   beside the rig's fields of view, :func:`visible_cells`) are left out of losses and metrics.
-- **Frames** are rendered once along every clip's expert drive, one every ``every`` steps, each seen
-  from the expert's pose moved sideways by up to ``jitter_m`` m and turned by up to ``jitter_deg``
-  degrees (seeded per clip and step, so closed-loop poses off the log are seen too), into a
-  **frame cache** (:class:`FrameCache`): uint8 ``.npz`` shards of ``shard_frames`` frames, each with its
-  sha256 in ``index.json``, read with ``allow_pickle=False``; a shard whose checksum fails is rendered
-  again; the cache holds at most ``cache_mb`` MB (an evenly spaced subset of the planned frames when
-  the plan is bigger). Epochs read the cache; nothing is re-rendered.
+- **Frames** are rendered once along the training clips' expert drives: ``frames`` of them drawn evenly
+  over the clips (every clip its share, at steps spread over its horizon: :func:`frame_plan`; or one
+  every ``every`` steps of each clip), each seen from the expert's pose moved sideways by up to
+  ``jitter_m`` m and turned by up to ``jitter_deg`` degrees (seeded per clip and step, so closed-loop
+  poses off the log are seen too), into a **frame cache** (:class:`FrameCache`): uint8 ``.npz`` shards
+  of ``shard_frames`` frames, each with its sha256 in ``index.json``, read with ``allow_pickle=False``;
+  a shard whose checksum fails is rendered again; the cache holds at most ``cache_mb`` MB (an evenly
+  spaced subset of the planned frames when the plan is bigger). Epochs read the cache; nothing is
+  re-rendered.
 - **Metrics** on the validation frames, overall and per kind (:func:`evaluate_perception`):
   occupancy IoU, velocity error (mean |v - v*| m/s over truly occupied cells), drivable-area IoU,
   lane-centre IoU, each beside the IoU of the train set's per-cell prior (what a network that ignored
@@ -39,7 +41,7 @@ Modules, bottom up: ``labels`` (the grid, :func:`bev_labels`, :func:`visible_cel
 :func:`run_stage`), ``bench`` and ``__main__`` (the command line).
 """
 
-from learner.perception.cache import CACHE_VERSION, FrameCache, frame_pose
+from learner.perception.cache import CACHE_VERSION, FrameCache, frame_plan, frame_pose
 from learner.perception.checkpoint import lease_owner, perception_run_name
 from learner.perception.heads import CHANNELS, ENCODER_PREFIX, BEVDecoder, PerceptionNet, with_encoder
 from learner.perception.labels import LABEL_KEYS, LANE_CENTRE_M, BEVGrid, bev_labels, grid_of, visible_cells
@@ -61,6 +63,7 @@ __all__ = [
     "bev_labels",
     "build_net",
     "evaluate_perception",
+    "frame_plan",
     "frame_pose",
     "grid_of",
     "lease_owner",

@@ -1,11 +1,12 @@
 """The frame cache: frames rendered once along every clip's expert drive, with their BEV labels.
 
-One frame every ``every`` steps, each seen from the expert's pose moved sideways by up to ``jitter_m`` m
-and turned by up to ``jitter_deg`` degrees (seeded per clip and step, so closed-loop poses off the log are
-seen too), stored as uint8 ``.npz`` shards of ``shard_frames`` frames, each with its sha256 in
-``index.json``, read with ``allow_pickle=False``; a shard whose checksum fails is rendered again; the
-cache holds at most ``cache_mb`` MB (an evenly spaced subset of the planned frames when the plan is
-bigger). Epochs read the cache; nothing is re-rendered.
+Which frames (:func:`frame_plan`): ``frames`` of them drawn evenly over the clips (every clip gets its
+share, at steps spread over its horizon), or one every ``every`` steps of each clip. Each is seen from the
+expert's pose moved sideways by up to ``jitter_m`` m and turned by up to ``jitter_deg`` degrees (seeded
+per clip and step, so closed-loop poses off the log are seen too), stored as uint8 ``.npz`` shards of
+``shard_frames`` frames, each with its sha256 in ``index.json``, read with ``allow_pickle=False``; a shard
+whose checksum fails is rendered again; the cache holds at most ``cache_mb`` MB (an evenly spaced subset
+of the planned frames when the plan is bigger). Epochs read the cache; nothing is re-rendered.
 """
 
 from __future__ import annotations
@@ -14,9 +15,8 @@ import hashlib
 import json
 import logging
 import math
-import os
 import zipfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -29,37 +29,27 @@ from envs.driving import DrivingEnv, rgb_to_uint8
 from learner.config import PerceptionConfig
 from learner.perception.labels import LABEL_KEYS, LANE_CENTRE_M, BEVGrid, bev_labels, grid_of, visible_cells
 from sim import rendering  # called as rendering.render: the one place benches and tests count or patch
-from sim.files import atomic_path, atomic_write
+from sim.files import atomic_path, atomic_write, cache_dir, sha256_file
+from sim.seeding import derive_seed
 
 log = logging.getLogger(__name__)
 
-CACHE_VERSION = 2  # 2: lane segments cropped by their distance to the ego, not by their vertices
+# 2: lane segments cropped by their distance to the ego, not by their vertices; 3: frames drawn evenly over
+# the clips (perception.frames), pose jitter seeded by derive_seed
+CACHE_VERSION = 3
+GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0  # clip k's steps start at frac(k * GOLDEN) of a stride: phases spread evenly
 RENDER_BATCH = 8  # frames per render call while building a cache
-
-
-def _cache_root() -> Path:
-    base = os.environ.get("SPLATDRIVE_CACHE")
-    if base:
-        return Path(base) / "perception"
-    return Path(__file__).resolve().parents[2] / ".cache" / "perception"  # <repo>/.cache/perception
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def frame_pose(data, t: int, jitter_m: float, jitter_deg: float, seed: int) -> np.ndarray:
     """(x, y, yaw) of a frame: the expert's pose at step t moved sideways (along its left normal) by
     U(-jitter_m, jitter_m) m and turned by U(-jitter_deg, jitter_deg) degrees, drawn from a generator
-    seeded with (seed, the clip's id, t) so a shard renders the same frames again, in any process."""
+    seeded with ``derive_seed(seed, clip, t)`` (clip: the first 4 bytes of the sha256 of the clip's id) so a
+    shard renders the same frames again, in any process."""
     p = data.expert_poses[t]
     x, y, yaw = float(p[0]), float(p[1]), float(p[3])
     clip = int.from_bytes(hashlib.sha256(str(data.id).encode()).digest()[:4], "little")
-    rng = np.random.default_rng([seed, clip, t])
+    rng = np.random.default_rng(derive_seed(seed, clip, t))
     off = rng.uniform(-jitter_m, jitter_m) if jitter_m > 0 else 0.0
     turn = math.radians(rng.uniform(-jitter_deg, jitter_deg)) if jitter_deg > 0 else 0.0
     return np.array([x - off * math.sin(yaw), y + off * math.cos(yaw), yaw + turn])
@@ -92,8 +82,9 @@ class FrameCache:
         source,
         env_config: Mapping[str, Any] | EnvConfig | None,
         cfg: PerceptionConfig,
-        every: int,
+        every: int = 0,
         *,
+        frames: int = 0,
         name: str = "frames",
         root: Path | None = None,
         seed: int = 0,
@@ -101,12 +92,16 @@ class FrameCache:
     ) -> FrameCache:
         """The cache of ``source``'s frames (a suite name, folder, file or Scenarios, as DrivingEnv takes
         them), rendered with ``env_config``'s rig, resolution and render backend; loaded when it is on
-        disk and intact, else rendered (only the shards that are missing or fail their checksum)."""
+        disk and intact, else rendered (only the shards that are missing or fail their checksum). Which
+        frames: ``frames`` drawn evenly over the clips, or (``every`` > 0 instead) one every ``every``
+        steps of each clip, as :func:`frame_plan`."""
+        if (every > 0) == (frames > 0):
+            raise ValueError(f"perception cache {name}: give frames > 0 or every > 0 (one), got {frames=}, {every=}")
         env_dict = env_config.to_dict() if isinstance(env_config, EnvConfig) else dict(env_config or {})
         env_dict = {**env_dict, "observation": "camera", "camera_ablation": "none", "cameras": True}
         env = DrivingEnv(env_dict, scenarios=source)
         pool, grid = env.pool, grid_of(cfg)
-        plan = _frame_plan(env, every)
+        plan = _frame_plan(env, every, frames)
         C, H, W = len(env.rig), env.rig.height, env.rig.width
         per_frame = C * H * W * 3 + 3 * grid.cells**2 + 8 * grid.cells**2 + 24
         cap = int(cfg.cache_mb * 2**20 // per_frame)
@@ -121,8 +116,8 @@ class FrameCache:
                 len(keep),
             )
             plan = [plan[i] for i in keep]
-        key = _fingerprint(pool, env.config, cfg, every, seed, plan, (env.rig.name, W, H))
-        folder = (root or _cache_root()) / f"{name}-{key}"
+        key = _fingerprint(pool, env.config, cfg, (every, frames), seed, plan, (env.rig.name, W, H))
+        folder = (root or cache_dir("perception")) / f"{name}-{key}"
         kinds = sorted({str(pool.scenarios[k].kind or "unknown") for k, _ in plan})
         index = dict(
             version=CACHE_VERSION,
@@ -153,7 +148,7 @@ class FrameCache:
                 rendered += len(chunk)
                 with atomic_path(path, suffix=".npz") as tmp:
                     np.savez(tmp, **arrays)  # type: ignore[arg-type]  # (numpy's stub types the first keyword)
-                entry = dict(file=fname, frames=len(chunk), bytes=path.stat().st_size, sha256=_sha256(path))
+                entry = dict(file=fname, frames=len(chunk), bytes=path.stat().st_size, sha256=sha256_file(path))
                 if progress:
                     progress(f"perception cache {name}: shard {i + 1}/{n_shards} rendered ({len(chunk)} frames)")
             index["shards"].append(entry)
@@ -167,25 +162,57 @@ class FrameCache:
         return FrameCache(folder, arrays, index, rendered)
 
 
-def _frame_plan(env: DrivingEnv, every: int) -> list[tuple[int, int]]:
-    """(clip index in the pool, step) of every frame: steps 0, every, 2 every, ... < each horizon."""
+def frame_plan(horizons: Sequence[int], *, every: int = 0, frames: int = 0) -> list[tuple[int, int]]:
+    """(clip, step) of every frame, clip by clip, for clips of ``horizons`` steps (a frame at step t < its
+    horizon).
+
+    ``every`` > 0: steps 0, every, 2 every, ... of each clip. Else ``frames`` drawn evenly over the clips:
+    each of the N clips gets ``frames // N`` and the remaining ``frames % N`` go one each to clips spread
+    evenly over the list (with fewer frames than clips: one each to ``frames`` clips spread evenly), at most
+    one per step; clip k's n frames lie at steps ``floor((i + phase_k) * horizon / n)``, i < n, one in each
+    n-th of its horizon, ``phase_k = frac(k * 0.618...)`` (the golden ratio's: neighbouring clips, often the
+    same place in other traffic, are seen at other moments).
+    """
+    n = len(horizons)
+    if every > 0:
+        return [(k, t) for k, h in enumerate(horizons) for t in range(0, int(h), every)]
+    if frames < 1:
+        raise ValueError(f"frame_plan: expected frames >= 1 or every >= 1, got {frames=}, {every=}")
+    if n == 0:
+        return []
+    per = np.full(n, frames // n, dtype=np.int64)
+    extra = frames % n
+    per[(np.arange(extra) * n) // extra] += 1  # extra clips spread evenly: k = floor(i n / extra), i < extra
     plan = []
+    for k, (h, m) in enumerate(zip(horizons, per.tolist(), strict=True)):
+        m = min(m, int(h))
+        phase = (k * GOLDEN) % 1.0
+        plan += [(k, min(int((i + phase) * h / m), int(h) - 1)) for i in range(m)]
+    return plan
+
+
+def _frame_plan(env: DrivingEnv, every: int, frames: int) -> list[tuple[int, int]]:
+    """:func:`frame_plan` over the pool's usable clips: (clip index in the pool, step) of every frame."""
+    usable, horizons = [], []
     for k in range(len(env.pool)):
         try:
             d = env.pool.data(k)
         except Exception as e:  # a broken clip is left out, not fatal
             log.error("perception frames: leaving out scenario %s: %s", env.pool.ids[k], e)
             continue
-        plan += [(k, t) for t in range(0, d.horizon, every)]
-    return plan
+        usable.append(k)
+        horizons.append(d.horizon)
+    return [(usable[j], t) for j, t in frame_plan(horizons, every=every, frames=frames)]
 
 
-def _fingerprint(pool, env_cfg: EnvConfig, cfg: PerceptionConfig, every, seed, plan, rig) -> str:
+def _fingerprint(pool, env_cfg: EnvConfig, cfg: PerceptionConfig, sampling, seed, plan, rig) -> str:
+    """The cache's key: what decides its frames and labels (``sampling``: (every, frames)), the plan itself,
+    and each scenario's id and file sha256."""
     h = hashlib.sha256()
     what = dict(
         v=CACHE_VERSION,
         grid=asdict(grid_of(cfg)),
-        every=every,
+        sampling=sampling,
         jitter=(cfg.jitter_m, cfg.jitter_deg),
         seed=seed,
         rig=rig,
@@ -200,7 +227,7 @@ def _fingerprint(pool, env_cfg: EnvConfig, cfg: PerceptionConfig, every, seed, p
         h.update(str(sc.id).encode())
         path = getattr(sc, "path", None)
         if path is not None and Path(path).is_file():
-            h.update(hashlib.sha256(Path(path).read_bytes()).digest())
+            h.update(bytes.fromhex(sha256_file(path)))
     return h.hexdigest()[:20]
 
 
@@ -216,7 +243,7 @@ def _load_shard(path: Path, entry: Mapping[str, Any]) -> dict[str, np.ndarray] |
     """The shard's arrays, or None (then it is rendered again) when it is missing, its size or sha256
     differ from the index, or it does not read (pickled payloads are refused, not loaded)."""
     try:
-        if path.stat().st_size != entry.get("bytes") or _sha256(path) != entry.get("sha256"):
+        if path.stat().st_size != entry.get("bytes") or sha256_file(path) != entry.get("sha256"):
             log.warning("perception cache: %s fails its checksum; rendering it again", path)
             return None
         with np.load(path, allow_pickle=False) as z:

@@ -20,6 +20,7 @@ from learner.perception.labels import LABEL_KEYS
 from learner.perception.loss import perception_loss, positive_weights
 from learner.perception.metrics import evaluate_perception
 from policy.network import PolicyConfig
+from sim.seeding import derive_seed
 from store import RunStore
 
 log = logging.getLogger(__name__)
@@ -56,7 +57,7 @@ def train_perception(
     on_epoch: Callable[[int, dict], None] | None = None,
 ) -> PerceptionResult:
     """Train the encoder and heads for ``cfg.epochs`` epochs on ``train`` (minibatches of
-    ``cfg.batch_size``, shuffled by a generator seeded with (seed, epoch)); evaluate on ``val`` at the
+    ``cfg.batch_size``, shuffled by a generator seeded with ``derive_seed(seed, epoch)``); evaluate on ``val`` at the
     end. With ``run_store``, a checkpoint after every epoch, and a resume from its newest one (a stage
     already finished is loaded, not trained again)."""
     say = progress or (lambda msg: log.info("%s", msg))
@@ -84,7 +85,7 @@ def train_perception(
     seen, busy = 0, 0.0
     for epoch in range(start, cfg.epochs):
         net.train()
-        gen = torch.Generator().manual_seed(seed * 1000 + epoch)
+        gen = torch.Generator().manual_seed(derive_seed(seed, epoch))
         perm = torch.randperm(n, generator=gen)
         sums: dict[str, float] = {}
         steps = 0
@@ -139,7 +140,10 @@ def run_stage(
     metrics. Returns (result, info) with info: frames, cache folders and sizes, render frames/s."""
     say = progress or (lambda msg: log.info("%s", msg))
     t0 = time.perf_counter()
-    train = FrameCache.build(train_suite, env_config, cfg, cfg.every, name="train", seed=cfg.seed, progress=say)
+    train = FrameCache.build(
+        train_suite, env_config, cfg, cfg.every, frames=0 if cfg.every else cfg.frames, name="train", seed=cfg.seed,
+        progress=say,
+    )  # fmt: skip
     t1 = time.perf_counter()
     val = FrameCache.build(val_suite, env_config, cfg, cfg.val_every, name="val", seed=cfg.seed, progress=say)
     t2 = time.perf_counter()

@@ -19,6 +19,7 @@ from learner.perception import (
     FrameCache,
     PerceptionNet,
     bev_labels,
+    frame_plan,
     perception_metrics,
     train_perception,
     visible_cells,
@@ -124,6 +125,50 @@ def test_frame_cache_is_bounded(tmp_path, suite, caplog):
     assert set(cache.arrays["scenario"].tolist()) == {0, 1}  # spread over the clips, not the first one
 
 
+def test_frame_plan_by_hand():
+    """frames over clips: each clip frames // N, the rest to clips spread evenly; clip k's m frames one in each
+    m-th of its horizon from phase frac(k * 0.618...); every > 0: every N-th step of each clip."""
+    # 6 frames over 4 clips of 10 steps: 1 each, the other 2 to clips 0 and 2 (floor(i * 4 / 2), i < 2)
+    # clip 0 phase 0: steps floor(0 * 5), floor(1 * 5); clip 1 phase 0.618: floor(6.18); clip 2 phase 0.236:
+    # floor(1.18), floor(6.18); clip 3 phase 0.854: floor(8.54)
+    assert frame_plan([10] * 4, frames=6) == [(0, 0), (0, 5), (1, 6), (2, 1), (2, 6), (3, 8)]
+    # fewer frames than clips: one each to clips floor(i * 5 / 2) = 0, 2 (phase 0.236: step 2)
+    assert frame_plan([10] * 5, frames=2) == [(0, 0), (2, 2)]
+    # more frames than steps: every step, once
+    assert frame_plan([3, 2], frames=10) == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)]
+    assert frame_plan([10, 7], every=3) == [(0, 0), (0, 3), (0, 6), (0, 9), (1, 0), (1, 3), (1, 6)]
+    with pytest.raises(ValueError, match="frames >= 1 or every >= 1"):
+        frame_plan([10], frames=0)
+    # the built-in train's size: 2 frames from every one of 1,008 clips, at two steps 40 apart, and over all
+    # clips the steps fill the 80-step horizon evenly (each 8-step tenth of it holds a tenth of the frames)
+    plan = frame_plan([80] * 1008, frames=2016)
+    per_clip: dict[int, list[int]] = {}
+    for k, t in plan:
+        per_clip.setdefault(k, []).append(t)
+    assert len(plan) == 2016 and sorted(per_clip) == list(range(1008))
+    assert all(len(ts) == 2 and ts[1] - ts[0] == 40 for ts in per_clip.values())
+    tenths = np.bincount([t // 8 for _, t in plan], minlength=10)
+    assert tenths.min() >= 190 and tenths.max() <= 214, tenths  # 201.6 each, within 6 %
+
+
+def test_frame_cache_draws_frames_over_the_clips(tmp_path, suite):
+    """perception.frames: 5 frames over the 2 clips of 10 steps -- 3 from clip 0 (phase 0: steps 0, 3, 6),
+    2 from clip 1 (phase 0.618: floor(3.09), floor(8.09)); another count is another cache."""
+    cache = FrameCache.build(str(suite), ENV, CFG, frames=5, name="drawn", root=tmp_path)
+    got = sorted(zip(cache.arrays["scenario"].tolist(), cache.arrays["step"].tolist(), strict=True))
+    assert got == [(0, 0), (0, 3), (0, 6), (1, 3), (1, 8)] and cache.rendered == 5
+    assert FrameCache.build(str(suite), ENV, CFG, frames=5, name="drawn", root=tmp_path).rendered == 0
+    other = FrameCache.build(str(suite), ENV, CFG, frames=4, name="drawn", root=tmp_path)
+    assert other.folder != cache.folder and len(other) == 4
+    for every, frames in ((0, 0), (2, 5)):
+        with pytest.raises(ValueError, match="give frames > 0 or every > 0"):
+            FrameCache.build(str(suite), ENV, CFG, every, frames=frames, root=tmp_path)
+    with pytest.raises(ValueError, match=r"perception.frames: expected >= 1, got 0"):
+        PerceptionConfig(frames=0)
+    with pytest.raises(ValueError, match=r"perception.every: expected >= 0"):
+        PerceptionConfig(every=-1)
+
+
 def test_metrics_by_hand():
     G = 4
     occ = np.zeros((1, G, G), np.uint8)
@@ -194,6 +239,8 @@ def test_train_help_documents_stage_perception(capsys):
     out = capsys.readouterr().out
     assert "'perception' (the camera encoder and BEV heads" in " ".join(out.split())
     assert "perception.epochs" in out and "perception.freeze" in out and "perception+il+rl" in out
+    assert "perception.frames" in out and "drawn evenly over the training clips" in " ".join(out.split())
+    assert "perception.every" in out
 
 
 @pytest.mark.slow
