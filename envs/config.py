@@ -19,10 +19,10 @@ from scenarios.actions import ActionSpec
 from sim.configs import ConfigError, coerce_fields, field, to_dict
 from sim.configs import from_dict as load_config
 
-PARTS = ("cameras", "ego", "route", "agents", "map")  # the part switches
+PARTS = ("cameras", "ego", "route", "limits", "agents", "map")  # the part switches
 OBSERVATION_MODES = ("camera", "privileged")
 # the parts each mode observes (envs.observation); navigation and command are camera mode's route
-MODE_PARTS = {"camera": ("cameras", "ego", "navigation", "command"), "privileged": PARTS}
+MODE_PARTS = {"camera": ("cameras", "ego", "navigation", "command", "limits"), "privileged": PARTS}
 PART_SWITCH = {"navigation": "route", "command": "route"}  # the switch of a part not named as one
 CAMERA_ABLATIONS = ("none", "blank", "shuffle")
 
@@ -54,19 +54,25 @@ class EnvConfig:
     observation: str = field(
         "camera",
         help="What the policy observes (``envs.observation``): \"camera\", a car's view -- the rig's images, the"
-        " ego's own status (speed, yaw rate, acceleration, steering) and navigation from the map's route "
-        'lanes (coarse route points and a route command); or "privileged", ground truth, the teacher / '
-        "upper bound -- the images, the ego with its last action and the elapsed fraction, the expert's "
-        "path ahead, the agents and the lane map. The mode picks the part set; the switches below only "
-        "switch parts of it off (``route`` switches navigation and command off in camera mode; ``agents``"
-        " and ``map`` are not in it).",
+        " ego's own status (speed, yaw rate, acceleration, steering), navigation from the map's route "
+        "lanes (coarse route points and a route command) and the speed limits along the route (now, next, "
+        'metres to the change); or "privileged", ground truth, the teacher / upper bound -- the images, the '
+        "ego with its last action, points along the route lanes' centre line ahead, the speed limits, the "
+        "agents and the lane map (no elapsed time, nothing of the logged expert's drive). The mode picks the "
+        "part set; the switches below only switch parts of it off (``route`` switches navigation and command"
+        " off in camera mode; ``agents`` and ``map`` are not in it).",
     )
     cameras: bool = field(True, help="observe the rig's images (part cameras)")
     ego: bool = field(True, help="observe the ego's own state (part ego)")
     route: bool = field(
         True,
-        help="observe the route ahead: the expert's path (route) in privileged mode, navigation and command in"
-        " camera mode",
+        help="observe the route ahead: points along the route lanes' centre line (route) in privileged mode, "
+        "navigation and command in camera mode",
+    )
+    limits: bool = field(
+        True,
+        help="observe the speed limits along the route (part limits, both modes): the limit now, the next "
+        "different one ahead and the metres to it (``envs.observation.LIMIT_RANGE`` at most)",
     )
     agents: bool = field(True, help="observe the nearest agents (part agents; privileged mode)")
     map: bool = field(True, help="observe the nearest lane-centre points (part map; privileged mode)")
@@ -90,8 +96,8 @@ class EnvConfig:
     map_points: int = field(64, help="M: nearest lane-centre points observed.")
     map_spacing: float = field(2.0, help="Spacing of the lane-centre points.")
     map_radius: float = field(50.0, help="lane-centre points farther than this from the ego are not observed")
-    route_points: int = field(10, help="P: waypoints along the expert path ahead.")
-    route_spacing: float = field(5.0, help="spacing of the route waypoints along the expert path")
+    route_points: int = field(10, help="Privileged mode: P, points ahead along the route lanes' centre line (route).")
+    route_spacing: float = field(5.0, help="Privileged mode: metres between the route points.")
 
     # -- actions ---------------------------------------------------------------------------------
     n_lat: int = field(61, help="lateral action bins, evenly spaced over [-lat_max, lat_max]")

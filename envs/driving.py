@@ -8,7 +8,8 @@ expert (``progress_deviation``, on unless ``progress_event=False``), end the epi
 (``envs.reward``); reaching the clip's end truncates it.
 
 Observation: ``envs.observation``, in the mode ``config["observation"]`` (camera by default: images,
-the ego's own status and navigation from the map; "privileged": ground-truth state, the teacher).
+the ego's own status, navigation and speed limits from the map; "privileged": ground-truth state, the
+teacher, with no elapsed time and nothing of the logged expert's drive).
 ``config["camera_ablation"]`` replaces the images for ablations: "blank" (flat grey) or "shuffle"
 (another clip's frames: the rig's view on the expert's pose of another scenario of the pool, the one
 half the pool away, at the same step; in a pool of one, the same clip half its horizon later).
@@ -59,8 +60,9 @@ from envs.kernels import (
     path_points,
     project_path,
     route_features,
+    route_limits,
 )
-from envs.observation import RoutePath, observation_space, route_command, route_path
+from envs.observation import LIMIT_RANGE, RoutePath, observation_space, route_command, route_path
 from envs.reward import collision_part, detect_events, first_event, reward_parts, reward_terms
 from envs.scenario_data import ScenarioData
 from envs.suite import ScenarioPool, resolve_scenarios
@@ -174,7 +176,7 @@ class DrivingEnv(gym.Env):
         self.observation_space = observation_space(cfg, len(self.rig), width, height)
         self._parts = frozenset(cfg.parts)
         self._grey: np.ndarray | None = None  # camera_ablation="blank": the flat grey images, made once
-        self._nav: RoutePath | None = None  # camera mode: the route from the map's lanes
+        self._nav: RoutePath | None = None  # the route from the map's lanes (navigation, command, route, limits)
         self._nav_point = np.empty(2)  # camera mode: the navigation kernel's buffer
         # camera_ablation="shuffle": (ScenarioData, scene, step offset) of the clip whose frames are shown
         self._donor: tuple[Any, Any, int] | None = None
@@ -319,7 +321,7 @@ class DrivingEnv(gym.Env):
         self._accel = self._steer = self._yaw_rate = 0.0
         self._last_event = ""
         self._last = (0.0, float(d.start_state[3]) * ANCHOR_HORIZON)  # the anchor that holds the speed
-        self._nav = route_path(d.scenario) if "navigation" in self._parts or "command" in self._parts else None
+        self._nav = route_path(d.scenario) if self._parts & {"navigation", "command", "route", "limits"} else None
         if cfg.camera_ablation == "shuffle":  # the clip half the pool away; alone, itself half its horizon on
             n = len(self.pool)
             other = self.pool.data((k + n // 2) % n) if n > 1 else d
@@ -469,12 +471,11 @@ class DrivingEnv(gym.Env):
             obs["cameras"] = prev  # type: ignore[assignment]  # None before the first render (see above)
         if "ego" in on and cfg.observation == "camera":  # what the car measures of itself
             obs["ego"] = np.array([v, self._yaw_rate, self._accel, self._steer], dtype=np.float32)
-        elif "ego" in on:
+        elif "ego" in on:  # and the anchor it applied last; no elapsed time
             obs["ego"] = np.array(
-                [v, self._yaw_rate, self._accel, self._steer, self._last[0], self._last[1], t / d.horizon],
-                dtype=np.float32,
+                [v, self._yaw_rate, self._accel, self._steer, self._last[0], self._last[1]], dtype=np.float32
             )
-        if self._nav is not None:  # camera mode: the map's route, from where the ego is on it
+        if self._nav is not None:  # the map's route, from where the ego is on it (never the expert's drive)
             nav = self._nav
             _, s0, _, _ = project_path(ex, ey, nav.xy, nav.s, nav.yaw, nav.dyaw, nav.z)
             if "navigation" in on:
@@ -483,10 +484,14 @@ class DrivingEnv(gym.Env):
                 obs["navigation"] = points
             if "command" in on:
                 obs["command"] = route_command(nav, s0)
-        if "route" in on:
-            route = np.empty((cfg.route_points, 2), np.float32)
-            route_features(ex, ey, yaw, d.path_xy, d.path_s, self._s, cfg.route_spacing, route)
-            obs["route"] = route
+            if "route" in on:
+                route = np.empty((cfg.route_points, 2), np.float32)
+                route_features(ex, ey, yaw, nav.xy, nav.s, s0, cfg.route_spacing, route)
+                obs["route"] = route
+            if "limits" in on:
+                limits = np.empty(3, np.float32)
+                route_limits(nav.s, nav.limit, s0, LIMIT_RANGE, limits)
+                obs["limits"] = limits
         if "agents" in on:
             feats = np.zeros((cfg.max_agents, 8), np.float32)
             mask = np.zeros(cfg.max_agents, np.float32)

@@ -10,7 +10,9 @@ them together on random and edge inputs):
 - :func:`nearest_features` -- the K nearest boxes (agents) and :func:`nearest_points` the M
   nearest lane points, turned into the ego frame (``envs.observation`` has the numpy versions);
 - :func:`path_points` -- ``sim.geometry.interpolate_polyline`` (straight on past the ends), and
-  :func:`route_features` those points ahead in the ego frame.
+  :func:`route_features` those points ahead in the ego frame;
+- :func:`route_limits` -- ``envs.observation.speed_limits``: the limit now, the next one and the
+  metres to it along the route.
 
 Frames as ``sim.frames``: world metres, yaw from +x towards +y; the ego frame is x forward, y left.
 """
@@ -89,6 +91,27 @@ def route_features(ex, ey, eyaw, path_xy, path_s, s0, spacing, out):
         dx, dy = pts[p, 0] - ex, pts[p, 1] - ey
         out[p, 0] = c * dx + s * dy
         out[p, 1] = -s * dx + c * dy
+
+
+@njit(**_JIT)
+def route_limits(path_s, limit, s0, horizon, out):
+    """The speed limits at arclength s0 into out [3]: (limit now, next different limit, metres to it), or
+    (now, now, horizon) with no change within horizon m. path_s [M] increasing m, limit [M] m/s from
+    vertex i on (before path_s[0]: limit[0])."""
+    M = path_s.shape[0]
+    j = np.searchsorted(path_s, s0, side="right") - 1
+    j = min(max(j, 0), M - 1)
+    now = limit[j]
+    out[0] = now
+    out[1] = now
+    out[2] = horizon
+    for k in range(j + 1, M):
+        if path_s[k] - s0 > horizon:
+            break
+        if limit[k] != now:
+            out[1] = limit[k]
+            out[2] = path_s[k] - s0
+            break
 
 
 @njit(**_JIT)

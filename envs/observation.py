@@ -1,8 +1,9 @@
 """The observation: a gymnasium ``Dict`` in one of two modes (``EnvConfig.observation``).
 
 **camera** (the default: training, evaluation, export) -- what a car has: its cameras, its own
-motion, and navigation from the map along its planned route. No agent, obstacle, lane map, elapsed
-time or anything derived from the expert's logged drive.
+motion, and navigation from the map along its planned route, with the speed limits a car reads from
+signs and maps. No agent, obstacle, lane map, elapsed time or anything derived from the expert's
+logged drive.
 
 | key           | dtype   | shape        | content (ego frame: x forward, y left, metres; see ``sim.frames``)     |
 |---------------|---------|--------------|------------------------------------------------------------------------|
@@ -11,20 +12,29 @@ time or anything derived from the expert's logged drive.
 | navigation    | float32 | [N, 2]       | points every ``navigation_spacing`` m ahead along the centre lines of  |
 |               |         |              | the scenario's route lanes (``MapData.route_polyline(scenario.route)``)|
 | command       | float32 | [3]          | one-hot route command: straight, left, right (:func:`route_command`)   |
+| limits        | float32 | [3]          | speed limit m/s where the ego is on its route now, the next different  |
+|               |         |              | limit ahead m/s (the same when none within ``LIMIT_RANGE``), metres    |
+|               |         |              | along the route to where it changes (``LIMIT_RANGE`` when none)        |
 
-**privileged** (the teacher, an upper bound: ground truth no car has) -- the images and:
+**privileged** (the teacher, an upper bound: ground truth no car has, but no shortcut either -- no
+elapsed time, nothing of the logged expert's timing, speeds or path) -- the images and:
 
 | key           | dtype   | shape        | content                                                                |
 |---------------|---------|--------------|------------------------------------------------------------------------|
-| ego           | float32 | [7]          | speed m/s, yaw rate rad/s, accel m/s^2, steering rad, last lateral m,  |
-|               |         |              | last longitudinal m (the anchor applied last step), elapsed fraction   |
-| route         | float32 | [P, 2]       | waypoints every ``route_spacing`` m ahead along the expert path        |
+| ego           | float32 | [6]          | speed m/s, yaw rate rad/s, accel m/s^2, steering rad, last lateral m,  |
+|               |         |              | last longitudinal m (the anchor applied last step)                     |
+| route         | float32 | [P, 2]       | points every ``route_spacing`` m ahead along the centre lines of the   |
+|               |         |              | route lanes (the line navigation follows, the reactive expert's route) |
+| limits        | float32 | [3]          | as in camera mode                                                      |
 | agents        | float32 | [K, 8]       | nearest agents: x, y, cos yaw, sin yaw, length, width, vx, vy          |
 | agents_mask   | float32 | [K]          | 1 where the agents row is a real agent                                 |
 | map           | float32 | [M, 4]       | nearest lane-centre points: x, y, cos heading, sin heading             |
 | map_mask      | float32 | [M]          | 1 where the map row is a real point                                    |
 
 Rows are nearest first; padding rows are zero. Velocities and headings are turned into the ego frame.
+The route points and the limits start from the ego's place on the route: its nearest point on the
+route lanes' centre line (:class:`RoutePath`); a lane's limit holds from its first vertex on. Two
+states with the same ego kinematics and surroundings observe the same, whatever the step.
 The mode picks the part set; the config's part switches only switch parts of it off (``route``
 switches camera mode's navigation and command off; ``agents`` and ``map`` are not in camera mode).
 Camera mode's ego features are privileged's first four, in the same order.
@@ -41,8 +51,11 @@ from gymnasium import spaces
 from envs.config import MODE_PARTS, EnvConfig
 from sim.geometry import clean_polyline, polyline_arclength, polyline_heading
 
-EGO_FEATURES = ("speed", "yaw_rate", "accel", "steer", "last_lateral", "last_longitudinal", "elapsed")
+EGO_FEATURES = ("speed", "yaw_rate", "accel", "steer", "last_lateral", "last_longitudinal")
 CAMERA_EGO_FEATURES = EGO_FEATURES[:4]  # what the car measures of itself
+LEGACY_EGO_FEATURES = (*EGO_FEATURES, "elapsed")  # privileged ego of spaces before the elapsed fraction was dropped
+LIMIT_FEATURES = ("limit", "next_limit", "distance")
+LIMIT_RANGE = 100.0  # m along the route ahead within which the limits part reports the next change
 AGENT_FEATURES = ("x", "y", "cos_yaw", "sin_yaw", "length", "width", "vx", "vy")
 MAP_FEATURES = ("x", "y", "cos", "sin")
 COMMANDS = ("straight", "left", "right")
@@ -69,6 +82,8 @@ def observation_space(cfg: EnvConfig, num_cameras: int, width: int, height: int)
         parts["command"] = spaces.Box(0.0, 1.0, (len(COMMANDS),), f32)
     if "route" in on:
         parts["route"] = spaces.Box(-BOUND, BOUND, (cfg.route_points, 2), f32)
+    if "limits" in on:
+        parts["limits"] = spaces.Box(0.0, BOUND, (len(LIMIT_FEATURES),), f32)
     if "agents" in on:
         parts["agents"] = spaces.Box(-BOUND, BOUND, (cfg.max_agents, len(AGENT_FEATURES)), f32)
         parts["agents_mask"] = spaces.Box(0.0, 1.0, (cfg.max_agents,), f32)
@@ -79,37 +94,66 @@ def observation_space(cfg: EnvConfig, num_cameras: int, width: int, height: int)
 
 
 def observation_mode(space: spaces.Dict) -> str:
-    """The mode an observation space belongs to: "privileged" when it holds a privileged part or the
-    7-feature ego, "camera" otherwise (how spaces recorded before the modes existed are read)."""
+    """The mode an observation space belongs to: "privileged" when it holds a privileged part or an ego
+    of more than the camera's 4 features (6, or 7 in spaces from before the elapsed fraction was dropped),
+    "camera" otherwise (how spaces recorded before the modes existed are read)."""
     keys = set(space.spaces)
     if keys & set(PRIVILEGED_KEYS):
         return "privileged"
     ego = space.spaces.get("ego")
-    if ego is not None and tuple(ego.shape or ()) == (len(EGO_FEATURES),):
+    if ego is not None and tuple(ego.shape or ()) in ((len(EGO_FEATURES),), (len(LEGACY_EGO_FEATURES),)):
         return "privileged"
     return "camera" if keys <= set(MODE_PARTS["camera"]) else "privileged"
 
 
-# -- navigation (camera mode) ------------------------------------------------------------------------
+# -- the route from the map: navigation, command, route points, limits -------------------------------
 
 
 class RoutePath(NamedTuple):
     """The route as the map gives it: the centre lines of the scenario's route lanes joined, repeated
     vertices removed. xy [M, 2] world m, s [M] arclength, yaw [M] heading (unwrapped, rad), dyaw [M-1]
-    the heading change along each segment, z [M] zeros (``envs.kernels.project_path``'s arguments)."""
+    the heading change along each segment, z [M] zeros (``envs.kernels.project_path``'s arguments),
+    limit [M] m/s: the speed limit from vertex i on (its lane's; ``MapData.route_speed_limits``)."""
 
     xy: np.ndarray
     s: np.ndarray
     yaw: np.ndarray
     dyaw: np.ndarray
     z: np.ndarray
+    limit: np.ndarray
 
 
 def route_path(scenario) -> RoutePath:
     """The scenario's route (lane ids in order, ``scenario.route``) from its map's lanes."""
-    xy = np.ascontiguousarray(clean_polyline(scenario.map.route_polyline(scenario.route)), dtype=np.float64)
+    poly = np.asarray(scenario.map.route_polyline(scenario.route), dtype=np.float64)
+    limit = np.asarray(scenario.map.route_speed_limits(scenario.route), dtype=np.float64)
+    xy = np.ascontiguousarray(clean_polyline(poly), dtype=np.float64)
+    # clean_polyline's repeats dropped: a kept vertex takes the limit of the last vertex of its run (the
+    # limit that holds from there on)
+    kept = np.flatnonzero(np.concatenate([[True], np.hypot(*np.diff(poly, axis=0).T) > 1e-9]))
+    assert len(kept) == len(xy) and len(limit) == len(poly), "route_path: route_polyline and its limits differ"
+    limit = np.ascontiguousarray(limit[np.append(kept[1:], len(poly)) - 1])
     yaw = np.unwrap(polyline_heading(xy))
-    return RoutePath(xy, polyline_arclength(xy), yaw, np.ascontiguousarray(np.diff(yaw)), np.zeros(len(xy)))
+    s = polyline_arclength(xy)
+    return RoutePath(xy, s, yaw, np.ascontiguousarray(np.diff(yaw)), np.zeros(len(xy)), limit)
+
+
+def speed_limits(s: np.ndarray, limit: np.ndarray, s0: float, horizon: float = LIMIT_RANGE) -> np.ndarray:
+    """The limits part at arclength s0 along a route: float32 [3] (limit now m/s, next different limit m/s,
+    metres to it); with no change within ``horizon`` m: (now, now, horizon).
+
+    s [M] increasing arclength m, limit [M] m/s from vertex i on (before s[0]: limit[0]). The plain numpy
+    reference of ``envs.kernels.route_limits``, which the env runs.
+    """
+    j = int(np.clip(np.searchsorted(s, s0, side="right") - 1, 0, len(s) - 1))
+    now = float(limit[j])
+    out = np.array([now, now, horizon], np.float32)
+    change = np.flatnonzero(limit[j + 1 :] != now)
+    if change.size:
+        k = j + 1 + int(change[0])
+        if s[k] - s0 <= horizon:
+            out[1:] = (limit[k], s[k] - s0)
+    return out
 
 
 def route_command(path: RoutePath, s0: float, lookahead: float = COMMAND_LOOKAHEAD, angle: float = COMMAND_ANGLE):

@@ -25,7 +25,7 @@ from evaluation.baselines import BASELINES, PARTS, baseline_act
 from policy.sources import resolve_policy_source
 from sim.camera import make_rig
 
-OBS_PARTS = ("cameras", "ego", "route", "agents", "map")
+OBS_PARTS = ("cameras", "ego", "route", "limits", "agents", "map")
 
 
 class PolicyError(ValueError):
@@ -111,7 +111,7 @@ def slug(label: str) -> str:
 # else -- termination thresholds, horizon, collision settings -- is the evaluation's, the same for all.
 SOURCE_ENV_KEYS = (
     "observation", "navigation_points", "navigation_spacing",
-    "cameras", "ego", "route", "agents", "map", "rig", "resolution", "max_agents", "agent_radius",
+    "cameras", "ego", "route", "limits", "agents", "map", "rig", "resolution", "max_agents", "agent_radius",
     "obstacles_as_agents", "map_points", "map_spacing", "map_radius", "route_points", "route_spacing",
     "n_lat", "lat_max", "n_long", "long_max",
 )  # fmt: skip

@@ -3,9 +3,10 @@
 Layout (B = batch):
 
     cameras [B, C, H, W, 3] uint8 -> shared strided CNN per camera + learned camera embedding -> [B, E]
-    ego     [B, 4] or [B, 7]      -> running-norm -> MLP                                    -> [B, E]
+    ego     [B, 4] or [B, 6]      -> running-norm -> MLP                                    -> [B, E]
     navigation [B, N, 2]          -> running-norm -> flatten -> MLP                          -> [B, E]
     command [B, 3] (one-hot)      -> MLP                                                    -> [B, E]
+    limits  [B, 3]                -> running-norm -> MLP                                    -> [B, E]
     route   [B, K, 2]             -> running-norm -> flatten -> MLP                          -> [B, E]
     agents  [B, M, 8] (+ mask)    -> running-norm -> per-token MLP -> masked pool            -> [B, E]
     map     [B, P, 4] (+ mask)    -> running-norm -> per-token MLP -> masked pool            -> [B, E]
@@ -15,8 +16,8 @@ Layout (B = batch):
     h -> values [B, 2] (lateral part, longitudinal part)
 
 Every [B, 2] tensor is in the env's action order: column 0 lateral, column 1 longitudinal.
-Camera mode (``envs.observation``) gives cameras, ego [4], navigation and command; privileged mode
-cameras, ego [7], route, agents and map; the network takes any subset of the parts.
+Camera mode (``envs.observation``) gives cameras, ego [4], navigation, command and limits; privileged
+mode cameras, ego [6], route, limits, agents and map; the network takes any subset of the parts.
 
 The camera encoder is what stage perception (``learner.perception``) trains to see agents and the map;
 ``freeze_cameras`` keeps it as it is while stages il and rl train the rest (the planner).
@@ -59,8 +60,8 @@ from scenarios.actions import ActionSpec
 from sim.configs import field
 
 MASK_VALUE = -1e9
-OBS_PARTS = ("cameras", "ego", "navigation", "command", "route", "agents", "map")
-VECTOR_PARTS = ("ego", "navigation", "route")  # running-normalised, flattened, MLP
+OBS_PARTS = ("cameras", "ego", "navigation", "command", "limits", "route", "agents", "map")
+VECTOR_PARTS = ("ego", "navigation", "limits", "route")  # running-normalised, flattened, MLP
 RAW_PARTS = ("command",)  # one-hot: MLP without normalisation
 MASK_KEYS = {"agents": "agents_mask", "map": "map_mask"}
 TOKEN_PARTS = ("agents", "map")
@@ -167,7 +168,7 @@ def mlp(in_dim: int, out_dim: int, hidden: int | None = None, layers: int = 2) -
 class RunningNorm(nn.Module):
     """Per-feature running mean/variance; frozen except in ``update``. Starts as the identity.
 
-    shape: the per-sample feature shape the statistics are kept over (e.g. [7] for ego, [K, 2] for route,
+    shape: the per-sample feature shape the statistics are kept over (e.g. [6] for ego, [K, 2] for route,
     [8] for agent tokens, which share statistics across tokens).
     """
 
@@ -312,9 +313,10 @@ class ActorCritic(nn.Module):
                 raise ValueError(
                     f"ActorCritic: observation_space['cameras'] must be [C, H, W, 3], got {(C, H, W, three)}"
                 )
-        if "ego" in spaces:
-            (n,) = _check_box(spaces["ego"], "ego", 1)
-            self.norms["ego"] = RunningNorm((n,), cfg.obs_clip, cfg.norm_eps)
+        for key in ("ego", "limits"):
+            if key in spaces:
+                (n,) = _check_box(spaces[key], key, 1)
+                self.norms[key] = RunningNorm((n,), cfg.obs_clip, cfg.norm_eps)
         for key in ("navigation", "route"):
             if key in spaces:
                 self.norms[key] = RunningNorm(_check_box(spaces[key], key, 2), cfg.obs_clip, cfg.norm_eps)
@@ -359,7 +361,7 @@ class ActorCritic(nn.Module):
                     enc[key] = CameraEncoder(C, H, W, cfg)
             elif key in TOKEN_PARTS:
                 enc[key] = TokenSetEncoder(shape[-1], cfg)
-            else:  # ego, command: [n]; navigation, route: [K, 2] flattened
+            else:  # ego, command, limits: [n]; navigation, route: [K, 2] flattened
                 enc[key] = mlp(int(np.prod(shape)), E)
         return enc
 
@@ -542,8 +544,8 @@ class ExportPolicy(nn.Module):
 
 
 # ---- benchmark: python -m policy.network --bench ---------------------------------------------------
-PRIVILEGED_PARTS = ("cameras", "ego", "route", "agents", "map")
-CAMERA_PARTS = ("cameras", "ego", "navigation", "command")
+PRIVILEGED_PARTS = ("cameras", "ego", "route", "limits", "agents", "map")
+CAMERA_PARTS = ("cameras", "ego", "navigation", "command", "limits")
 
 
 def example_observation_space(
@@ -555,9 +557,10 @@ def example_observation_space(
     camera_mode = "navigation" in parts or "command" in parts
     all_spaces: dict[str, gym.spaces.Space] = {
         "cameras": gym.spaces.Box(0, 255, (n_cams, height, width, 3), np.uint8),
-        "ego": gym.spaces.Box(-np.inf, np.inf, (4 if camera_mode else 7,), f32),
+        "ego": gym.spaces.Box(-np.inf, np.inf, (4 if camera_mode else 6,), f32),
         "navigation": gym.spaces.Box(-np.inf, np.inf, (5, 2), f32),
         "command": gym.spaces.Box(0, 1, (3,), f32),
+        "limits": gym.spaces.Box(0, np.inf, (3,), f32),
         "route": gym.spaces.Box(-np.inf, np.inf, (10, 2), f32),
         "agents": gym.spaces.Box(-np.inf, np.inf, (8, 8), f32),
         "agents_mask": gym.spaces.Box(0, 1, (8,), f32),

@@ -19,6 +19,9 @@ from envs.observation import (
     CAMERA_EGO_FEATURES,
     COMMANDS,
     EGO_FEATURES,
+    LEGACY_EGO_FEATURES,
+    LIMIT_FEATURES,
+    LIMIT_RANGE,
     MAP_FEATURES,
     observation_mode,
 )
@@ -38,9 +41,8 @@ OBS_DOCS: dict[str, dict[str, str]] = {
     ),
     "ego": dict(
         meaning="the ego's state: speed, yaw rate, acceleration, front-wheel steering angle; in privileged "
-        "mode also the anchor applied at the last step (lateral, longitudinal) and the fraction of the "
-        "episode elapsed (see 'features')",
-        units="m/s, rad/s, m/s^2, rad (privileged mode: then m, m, 1), in the order of 'features'",
+        "mode also the anchor applied at the last step (lateral, longitudinal) (see 'features')",
+        units="m/s, rad/s, m/s^2, rad (privileged mode: then m, m), in the order of 'features'",
         frame="ego frame: x forward, y left (rear axle, z up); yaw rate positive to the left",
     ),
     "navigation": dict(
@@ -55,8 +57,17 @@ OBS_DOCS: dict[str, dict[str, str]] = {
         units="1",
         frame="-",
     ),
+    "limits": dict(
+        meaning="the speed limits along the route (from the map, as a car reads them from signs and maps): "
+        "the limit where the ego is on its route now, the next different limit ahead (the same when none "
+        f"is within {LIMIT_RANGE:g} m) and the distance along the route to where it changes ({LIMIT_RANGE:g} "
+        "when none) (see 'features')",
+        units="m/s, m/s, m",
+        frame="along the route",
+    ),
     "route": dict(
-        meaning="waypoints along the expert (route) path ahead of the ego, evenly spaced along the path",
+        meaning="privileged mode: points evenly spaced ahead along the centre lines of the route's lanes (from "
+        "the map, not the expert's drive), from the ego's place on the route",
         units="m",
         frame="ego frame: x forward, y left",
     ),
@@ -78,12 +89,14 @@ OBS_DOCS: dict[str, dict[str, str]] = {
 
 def _features(space: gym.spaces.Dict | None = None) -> dict[str, list[str]]:
     ego: tuple[str, ...] = EGO_FEATURES
-    if space is not None and "ego" in space.spaces and tuple(space["ego"].shape or ()) == (len(CAMERA_EGO_FEATURES),):
-        ego = CAMERA_EGO_FEATURES
+    if space is not None and "ego" in space.spaces:  # by its size: camera, privileged, or from before 'elapsed' went
+        by_size = {len(CAMERA_EGO_FEATURES): CAMERA_EGO_FEATURES, len(LEGACY_EGO_FEATURES): LEGACY_EGO_FEATURES}
+        ego = by_size.get(int(np.prod(space["ego"].shape or ())), ego)
     return {
         "ego": list(ego),
         "navigation": ["x", "y"],
         "command": list(COMMANDS),
+        "limits": list(LIMIT_FEATURES),
         "route": ["x", "y"],
         "agents": list(AGENT_FEATURES),
         "map": list(MAP_FEATURES),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.envs.handmade import straight_scenario
+from tests.envs.handmade import limits_scenario, straight_scenario
 
 FAST = {"resolution": (32, 16)}  # small cameras: the tests check logic, not pictures
 
@@ -57,3 +57,9 @@ def slow(hm_dir):
 def corrupt(hm_dir):
     """A scenario whose background PLY is truncated: it loads as a Scenario, fails at reset."""
     return straight_scenario(hm_dir, sid="corrupt", corrupt_background=True)
+
+
+@pytest.fixture(scope="session")
+def limits(hm_dir):
+    """The straight road with its route in three lanes: 10 m/s up to x = 60, 15 m/s after."""
+    return limits_scenario(hm_dir, sid="limits")

@@ -9,6 +9,7 @@ exactly longitudinal bin 20 and lateral bin 30), so its labels replay exactly. O
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -136,3 +137,22 @@ def straight_scenario(
         rig=RigSpec("front3", 32, 16),
         tags={"kind": "lane_keep_straight"},
     )
+
+
+def limits_scenario(folder: Path, sid: str = "limits") -> Scenario:
+    """``straight_scenario``'s road (expert at 10 m/s along y = 0 from x = 0) with the route cut in three
+    lanes along +x: ``slow_a`` (x -100..30) and ``slow_b`` (x 30..60) at 10 m/s, then ``fast`` (x 60..400)
+    at 15 m/s; the left lane (y = 3.5, on no route) at 20 m/s. Along the route s = x + 100: the limit
+    changes from 10 to 15 m/s at s = 160 (x = 60) and nowhere else."""
+    sc = straight_scenario(folder, sid=sid)
+
+    def line(*xs: float) -> np.ndarray:  # a centre line along y = 0 through these x
+        return np.array([[x, 0.0] for x in xs])
+
+    lanes = (
+        Lane("slow_a", line(-100.0, -40.0, 30.0), 3.5, left="left_lane", successors=("slow_b",), speed_limit=10.0),
+        Lane("slow_b", line(30.0, 60.0), 3.5, successors=("fast",), speed_limit=10.0),
+        Lane("fast", line(60.0, 100.0, 400.0), 3.5, speed_limit=15.0),
+        Lane("left_lane", line(-100.0, 400.0) + np.array([0.0, 3.5]), 3.5, right="slow_a", speed_limit=20.0),
+    )
+    return replace(sc, map=MapData(lanes=lanes, road_edges=sc.map.road_edges), route=("slow_a", "slow_b", "fast"))

@@ -12,6 +12,8 @@ from gymnasium.utils.env_checker import check_env
 
 import envs
 from envs import ActionSpec, DrivingEnv, EnvConfig, default_config
+from envs.observation import LIMIT_RANGE
+from scenarios.format import DEFAULT_SPEED_LIMIT
 from tests.envs.conftest import FAST
 from tests.envs.handmade import straight_scenario
 
@@ -40,7 +42,8 @@ def test_spaces(plain):
     env = DrivingEnv({"observation": "privileged"}, scenarios=[plain])  # the scenario's rig: front3 at 32x16
     obs_space = env.observation_space.spaces
     assert obs_space["cameras"].shape == (3, 16, 32, 3) and obs_space["cameras"].dtype == np.uint8
-    assert obs_space["ego"].shape == (7,) and obs_space["route"].shape == (10, 2)
+    assert obs_space["ego"].shape == (6,) and obs_space["route"].shape == (10, 2)
+    assert obs_space["limits"].shape == (3,) and obs_space["limits"].dtype == np.float32
     assert obs_space["agents"].shape == (8, 8) and obs_space["agents_mask"].shape == (8,)
     assert obs_space["map"].shape == (64, 4) and obs_space["map_mask"].shape == (64,)
     assert env.action_space == gym.spaces.MultiDiscrete([61, 61])
@@ -57,8 +60,10 @@ def test_spaces(plain):
 def test_observation_by_hand(lead):
     env = DrivingEnv({**FAST, "observation": "privileged"}, scenarios=[lead])
     obs, info = env.reset(seed=0)
-    np.testing.assert_allclose(obs["ego"], [10.0, 0, 0, 0, 0, 5.0, 0.0])
+    np.testing.assert_allclose(obs["ego"], [10.0, 0, 0, 0, 0, 5.0])
     np.testing.assert_allclose(obs["route"], np.stack([5.0 * np.arange(1, 11), np.zeros(10)], 1), atol=1e-5)
+    # the route lane's default limit (scenarios.format.DEFAULT_SPEED_LIMIT), the same all along it
+    np.testing.assert_allclose(obs["limits"], [DEFAULT_SPEED_LIMIT, DEFAULT_SPEED_LIMIT, LIMIT_RANGE])
     # the lead: box centre 3.8 (ego front) + 10 + 2.25 ahead of the rear axle, stopped
     np.testing.assert_allclose(obs["agents"][0], [16.05, 0, 1, 0, 4.5, 1.9, 0, 0], atol=1e-5)
     assert obs["agents_mask"].tolist() == [1] + [0] * 7
@@ -71,7 +76,7 @@ def test_observation_by_hand(lead):
     obs, *_, info = env.step([30, 24])  # 6 m per 0.5 s: speed up
     ego = obs["ego"]
     assert ego[0] > 10.0 and ego[2] > 0 and ego[1] == 0 and ego[3] == 0
-    np.testing.assert_allclose(ego[4:], [0.0, 6.0, 1 / 30], atol=1e-6)
+    np.testing.assert_allclose(ego[4:], [0.0, 6.0], atol=1e-6)
     assert obs["agents"][0, 0] < 16.05 - 1.0
     assert info["step"] == 1 and info["scenario"] == "lead"
 
@@ -141,11 +146,12 @@ def test_config_rejects_unknown_keys(plain):
 
 
 def test_horizon_override(plain):
-    env = DrivingEnv({**FAST, "horizon": 5, "observation": "privileged"}, scenarios=[plain])  # ego[6]: elapsed
+    env = DrivingEnv({**FAST, "horizon": 5, "observation": "privileged"}, scenarios=[plain])
     env.reset(seed=0)
-    for _k in range(5):
-        obs, _r, te, tr, _info = env.step([30, 20])
-    assert tr and not te and obs["ego"][6] == pytest.approx(1.0)
+    for k in range(5):
+        _obs, _r, te, tr, info = env.step([30, 20])
+        assert tr == (k == 4) and not te
+    assert info["step"] == 5
 
 
 def rollout(env, seed, n=80):

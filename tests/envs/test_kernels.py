@@ -117,7 +117,7 @@ class _Probe(VectorEnv):
 
 
 def test_merge_infos_is_gymnasiums_layout():
-    obs = {"ego": np.ones(7, np.float32)}
+    obs = {"ego": np.ones(6, np.float32)}
     infos = [
         {"a": 1.5, "b": np.arange(3), "s": "x", "t": {"u": True}, "n": np.int64(4)},
         {"a": 2.5, "b": np.arange(3) + 1, "s": "y", "t": {"u": False}, "e": "err", "n": np.int64(5)},

@@ -100,14 +100,16 @@ def test_cameras_off_means_no_render(plain, monkeypatch):
 
 
 def test_truncation_bootstraps_from_final_obs(plain):
-    venv = VectorDrivingEnv([plain], 2, {**FAST, "observation": "privileged"})  # ego[6]: the elapsed fraction
+    venv = VectorDrivingEnv([plain], 2, {**FAST, "observation": "privileged"})
     venv.reset(seed=0)
-    for _k in range(30):
-        obs, _r, term, trunc, infos = venv.step(np.tile([30, 20], (2, 1)))
+    for _k in range(30):  # speeding up to 12 m/s (6 m per 0.5 s anchor): the final state is faster than a start
+        obs, _r, term, trunc, infos = venv.step(np.tile([30, 24], (2, 1)))
     assert trunc.all() and not term.any()
     assert infos["_final_obs"].all()
     final = infos["final_obs"][0]
-    assert final["ego"][6] == pytest.approx(1.0) and obs["ego"][0, 6] == 0.0  # end of one, start of next
+    # end of one (12 m/s, the last anchor 6 m), start of next (10 m/s, the anchor that holds it: 5 m)
+    assert final["ego"][0] == pytest.approx(12.0, abs=0.05) and final["ego"][5] == pytest.approx(6.0)
+    assert obs["ego"][0, 0] == pytest.approx(10.0) and obs["ego"][0, 5] == pytest.approx(5.0)
     assert infos["final_info"]["step"][0] == 30 and infos["step"][0] == 0
     np.testing.assert_array_equal(infos["reward_parts"], np.zeros((2, 2)))
 

@@ -53,9 +53,14 @@ def _by_kind(result, policy: str) -> dict[str, list[dict]]:
     return out
 
 
-def make_checkpoint(store: Path, run_name: str = "tiny", cameras: bool = False, resolution=(32, 16)) -> str:
+def make_checkpoint(
+    store: Path, run_name: str = "tiny", cameras: bool = False, resolution=(32, 16), env=None, space=None
+) -> str:
     """A committed checkpoint of a tiny random policy (what the store loader and policy.sources read):
-    policy weights, config.json (env, policy) and obs_space.json. Returns the store URI of the run."""
+    policy weights, config.json (env, policy) and obs_space.json. Returns the store URI of the run.
+
+    env: the training env config (default: cameras on or off); space: its observation space (default: the
+    env's as it is now; a hand-built one stands for a checkpoint of an older observation)."""
     import torch
 
     from envs.config import EnvConfig
@@ -66,10 +71,10 @@ def make_checkpoint(store: Path, run_name: str = "tiny", cameras: bool = False, 
     from store import CheckpointStore, json_bytes, tensors_to_bytes
 
     torch.manual_seed(0)
-    env = {"cameras": cameras}
+    env = {"cameras": cameras} if env is None else env
     cfg = EnvConfig.from_dict(env)
     rig = make_rig("front3", *resolution)
-    space = observation_space(cfg, len(rig), *resolution)
+    space = observation_space(cfg, len(rig), *resolution) if space is None else space
     net = build_policy(space, cfg.action_spec, TINY_NET)
     files = {
         "policy.safetensors": tensors_to_bytes(net.state_dict()),
@@ -115,7 +120,7 @@ def test_hold_speed_bin_is_the_nearest_to_half_a_second_of_driving():
     spec = _spec()
     np.testing.assert_array_equal(baselines.hold_speed_bins(np.array([0.0, 10.0, 10.2, 30.0]), spec.longitudinal),
                                   [0, 20, 20, 60])  # fmt: skip
-    obs = {"ego": np.array([[10.0, 0, 0, 0, 0, 0, 0]], np.float32)}
+    obs = {"ego": np.array([[10.0, 0, 0, 0, 0, 0]], np.float32)}
     np.testing.assert_array_equal(baselines.constant_velocity(obs, spec), [[spec.center, 20]])
 
 
@@ -425,6 +430,30 @@ def test_corrupt_checkpoint_is_refused_before_any_env(suite_dir, tmp_path, no_en
         run(cfg)
 
 
+def test_a_checkpoint_of_the_old_observation_is_refused_before_any_env(suite_dir, tmp_path, no_env):
+    """Checkpoints from before the speed limits and the privileged ego without elapsed time: camera mode's
+    lacks the limits part, privileged mode's has an ego of 7 and no limits. Both are refused, saying what."""
+    import gymnasium as gym
+
+    def box(*shape):
+        return gym.spaces.Box(-np.inf, np.inf, shape, np.float32)
+
+    old_camera = gym.spaces.Dict({"ego": box(4), "navigation": box(5, 2), "command": box(3)})
+    uri = make_checkpoint(tmp_path / "camera", env={"cameras": False}, space=old_camera)
+    base = dict(suite=str(suite_dir), out=str(tmp_path / "o"), num_actors=0, progress=False)
+    with pytest.raises(PolicyError, match=r"env gives observation part 'limits', which the policy was not built wi"):
+        run(EvaluateConfig(policy=f"{uri}@1", **base))
+    old_privileged = gym.spaces.Dict(
+        {"ego": box(7), "route": box(10, 2), "agents": box(8, 8), "agents_mask": box(8), "map": box(64, 4),
+         "map_mask": box(64)}
+    )  # fmt: skip
+    env = {"cameras": False, "observation": "privileged"}
+    uri = make_checkpoint(tmp_path / "privileged", env=env, space=old_privileged)
+    with pytest.raises(PolicyError, match=r"'limits'.*ego: the policy expects shape \[7\], the env gives \[6\]"):
+        run(EvaluateConfig(policy=f"{uri}@1", **base))
+    assert not (tmp_path / "o" / "metrics.json").exists()
+
+
 @pytest.mark.slow
 def test_exported_policy_for_other_cameras_is_refused_before_any_env(suite_dir, tmp_path, monkeypatch):
     from policy.export import export_policy
@@ -446,7 +475,7 @@ def test_exported_policy_for_other_cameras_is_refused_before_any_env(suite_dir, 
     # an observation part the policy needs, switched off
     with pytest.raises(PolicyError, match="needs observation part 'cameras'"):
         run(EvaluateConfig(**base, env={"cameras": False, "resolution": [32, 16]}))
-    # (a camera-mode policy: its parts are cameras, ego, navigation and command; map is not one of them)
+    # (a camera-mode policy: its parts are cameras, ego, navigation, command and limits; map is not one of them)
     with pytest.raises(PolicyError, match="needs observation part 'ego'"):
         run(EvaluateConfig(**base, env={"ego": False, "resolution": [32, 16]}))
 

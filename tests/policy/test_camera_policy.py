@@ -50,7 +50,7 @@ def test_the_camera_policy_reads_no_privileged_key(camera_batch):
     space, obs = camera_batch
     assert not set(PRIVILEGED_KEYS) & set(space.spaces) and tuple(space["ego"].shape) == (4,)
     net = _net(space)
-    assert set(net.parts) == {"cameras", "ego", "navigation", "command"}
+    assert set(net.parts) == {"cameras", "ego", "navigation", "command", "limits"}
     assert not {k for k in net.state_dict() if any(f".{p}." in k for p in PRIVILEGED_KEYS)}
     # privileged keys beside the camera observation change nothing: the network never reads them
     garbage = {k: v for k, v in random_obs(example_observation_space(3, 16, 32), 6).items() if k in PRIVILEGED_KEYS}

@@ -16,6 +16,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -25,7 +26,7 @@ from learner.config import TrainConfig
 from learner.learner import Learner
 from learner.train import learner_settings
 from policy.exported import ExportError, ObservationMismatch, check_pt2_archive, load_exported
-from policy.network import ActorCritic, PolicyConfig, random_obs
+from policy.network import CAMERA_PARTS, ActorCritic, PolicyConfig, example_observation_space, random_obs
 from policy.sources import PolicySourceError, parse_source, redact_uri, resolve_policy_source
 from policy.spaces import space_from_json, space_to_json
 from sim.configs import from_dict
@@ -131,6 +132,11 @@ def test_package_layout_and_policy_json(package, ckpt, recorded):
         assert tuple(e["shape"]) == space[e["name"]].shape and e["dtype"] == space[e["name"]].dtype.name
         assert e["meaning"] and e["units"] and e["frame"]
     assert pj["inputs"][[e["name"] for e in pj["inputs"]].index("cameras")]["dtype"] == "uint8"
+    # camera mode's parts, the speed limits among them, each feature named
+    by_name = {e["name"]: e for e in pj["inputs"]}
+    assert set(by_name) == {"cameras", "ego", "navigation", "command", "limits"}
+    assert by_name["limits"]["features"] == ["limit", "next_limit", "distance"] and by_name["limits"]["shape"] == [3]
+    assert by_name["ego"]["features"] == ["speed", "yaw_rate", "accel", "steer"]
     assert [o["name"] for o in pj["outputs"]] == ["action", "logits_long", "logits_lat_all", "values"]
     # action bins and mask: metre values, the table and its band form agree with the env's ActionSpec
     a = pj["action"]
@@ -144,6 +150,7 @@ def test_package_layout_and_policy_json(package, ckpt, recorded):
     norm = pj["normalisation"]
     assert norm["inside_model"] is True and norm["images"]["mean"] == pytest.approx([0.485, 0.456, 0.406])
     assert np.allclose(norm["vectors"]["ego"]["mean"], net.norms["ego"].mean.numpy())
+    assert np.allclose(norm["vectors"]["limits"]["mean"], net.norms["limits"].mean.numpy())
     # versions, configs, provenance
     v = pj["versions"]
     assert v["torch"] == torch.__version__ and v["onnx_opset"] == pj["onnx"]["opset"] == 17 and v["onnx"]
@@ -479,3 +486,19 @@ def test_a_policy_refuses_an_env_of_the_other_observation_mode(package, ckpt, su
     # baselines read ground truth: the evaluation gives them the privileged observation explicitly
     (base,) = resolve_policies(["lane-follow"], scenarios, {})
     assert base.env["observation"] == "privileged" and base.env["map"] and not base.env["cameras"]
+
+
+def test_inputs_describe_the_ego_features_by_mode():
+    """policy.json's inputs name the ego's features: camera [4], privileged [6] (no elapsed time), and a
+    privileged ego of 7 (spaces from before the elapsed fraction was dropped) with it at the end."""
+
+    def described(space):
+        return {e["name"]: e for e in space_to_json(space, describe=True)}
+
+    cam = described(example_observation_space(3, 16, 32, parts=CAMERA_PARTS))
+    assert cam["ego"]["features"] == ["speed", "yaw_rate", "accel", "steer"] and "route" not in cam
+    priv = described(example_observation_space(3, 16, 32))
+    assert priv["ego"]["features"] == ["speed", "yaw_rate", "accel", "steer", "last_lateral", "last_longitudinal"]
+    assert "centre lines of the route's lanes" in priv["route"]["meaning"] and "limits" in priv
+    old = gym.spaces.Dict({"ego": gym.spaces.Box(-np.inf, np.inf, (7,), np.float32)})
+    assert described(old)["ego"]["features"][-1] == "elapsed"

@@ -16,7 +16,7 @@ from policy.network import MASK_VALUE, ActorCritic, ExportPolicy, PolicyConfig, 
 from scenarios.actions import ActionSpec, is_feasible
 
 SPEC = ActionSpec()
-PARTS = ("cameras", "ego", "route", "agents", "map")
+PARTS = ("cameras", "ego", "route", "limits", "agents", "map")
 
 
 def make_space(parts=PARTS, n_cams=3, height=64, width=128, masks=True) -> gym.spaces.Dict:
@@ -26,9 +26,11 @@ def make_space(parts=PARTS, n_cams=3, height=64, width=128, masks=True) -> gym.s
     if "cameras" in parts:
         d["cameras"] = gym.spaces.Box(0, 255, (n_cams, height, width, 3), np.uint8)
     if "ego" in parts:
-        d["ego"] = gym.spaces.Box(-inf, inf, (7,), f32)
+        d["ego"] = gym.spaces.Box(-inf, inf, (6,), f32)
     if "route" in parts:
         d["route"] = gym.spaces.Box(-inf, inf, (10, 2), f32)
+    if "limits" in parts:
+        d["limits"] = gym.spaces.Box(0, inf, (3,), f32)
     if "agents" in parts:
         d["agents"] = gym.spaces.Box(-inf, inf, (8, 8), f32)
         if masks:
@@ -207,7 +209,7 @@ def test_normalisation_buffers_saved_and_frozen_unless_updated():
     torch.manual_seed(0)
     model = ActorCritic(SMALL, SPEC)
     keys = model.state_dict().keys()
-    for part in ("ego", "route", "agents", "map"):
+    for part in ("ego", "route", "limits", "agents", "map"):
         for buf in ("mean", "var", "count"):
             assert f"norms.{part}.{buf}" in keys
     assert "encoders.cameras.img_mean" in keys and "encoders.cameras.img_std" in keys
@@ -236,7 +238,7 @@ def test_normalisation_buffers_saved_and_frozen_unless_updated():
     assert model.norms["agents"].count.item() == present.sum().item()
     # Normalised ego of the data is ~zero-mean, unit-variance.
     normed = model.norms["ego"](ego.float())
-    torch.testing.assert_close(normed.mean(0), torch.zeros(7), atol=1e-4, rtol=0)
+    torch.testing.assert_close(normed.mean(0), torch.zeros(6), atol=1e-4, rtol=0)
 
     # A fresh module loading the state_dict reproduces the outputs exactly (self-contained policy).
     clone = ActorCritic(SMALL, SPEC)
@@ -348,7 +350,7 @@ def test_the_value_loss_reaches_the_policy_trunk_only_with_a_shared_critic(criti
 
 
 def test_critic_setting_is_checked():
-    with pytest.raises(ValueError, match="PolicyConfig.critic"):
+    with pytest.raises(ValueError, match=r"PolicyConfig\.critic"):
         PolicyConfig(critic="twin")
 
 
@@ -361,3 +363,24 @@ def test_a_checkpoint_from_before_the_critic_setting_loads_with_the_critic_its_w
     net.load_state_dict(old)
     new = ActorCritic(SMALL, SPEC, PolicyConfig()).state_dict()
     assert _build_network(SMALL, SPEC, {}, "new checkpoint", new).critic == "separate"
+
+
+def test_limits_is_a_running_normalised_vector_part_the_heads_read():
+    """The speed limits [3] (now, next, metres to the change): their own running statistics, and the logits
+    and values move when only they do."""
+    torch.manual_seed(0)
+    space = make_space(("ego", "limits"))
+    model = ActorCritic(space, SPEC).eval()
+    assert model.parts == ("ego", "limits") and tuple(model.norms["limits"].mean.shape) == (3,)
+    obs = make_obs(space, 4)
+    obs["limits"] = torch.tensor([[13.9, 13.9, 100.0], [13.9, 8.3, 40.0], [8.3, 13.9, 5.0], [22.2, 22.2, 100.0]])
+    model.update_obs_stats(obs)
+    lim = obs["limits"].double()
+    torch.testing.assert_close(model.norms["limits"].mean.double(), lim.mean(0), atol=1e-5, rtol=1e-5)
+    with torch.no_grad():
+        a = model.logits(obs, long_idx=torch.full((4,), 20))
+        b = model.logits(dict(obs, limits=obs["limits"].flip(0)), long_idx=torch.full((4,), 20))
+        va, vb = model.values(obs), model.values(dict(obs, limits=obs["limits"].flip(0)))
+    assert not torch.allclose(a[0], b[0]) and not torch.allclose(va, vb)
+    with pytest.raises(KeyError, match="limits"):
+        model({k: v for k, v in obs.items() if k != "limits"})
