@@ -66,7 +66,7 @@ from envs.observation import LIMIT_RANGE, RoutePath, observation_space, route_co
 from envs.reward import collision_part, detect_events, first_event, reward_parts, reward_terms
 from envs.scenario_data import ScenarioData
 from envs.suite import ScenarioPool, resolve_scenarios
-from scenarios.actions import ActionSpec, project_feasible
+from scenarios.actions import ActionSpec, nearest_bins, project_feasible
 from sim import rendering  # called as rendering.render: the one place envs.bench and tests count or patch
 from sim.camera import make_rig
 from sim.collision import StaticIndex
@@ -556,6 +556,15 @@ class DrivingEnv(gym.Env):
             assert request is not None  # the cameras part is on
             self._set_cameras(self._render_one(*request))
         return self._obs
+
+    def reactive_label(self) -> np.ndarray:
+        """The reactive expert's action for the current state: int64 [2] (lateral index, longitudinal index) on
+        this env's bins, the nearest feasible pair to its target displacement over the next 0.5 s
+        (``scenarios.reactive``: it reads only what is observable now). The label of any state a policy
+        reaches (DAgger)."""
+        d = self._loaded
+        row = d.reactive.actions(self._state[None], self._t)[0]  # [lateral m, longitudinal m, ...]
+        return nearest_bins(row[0], row[1], self.action_spec)
 
     def camera_request(self):
         """(Composite, viewmats [C, 4, 4], far plane) of the current state, for :func:`render_requests`

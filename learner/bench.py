@@ -8,6 +8,11 @@
 - ``loop``: whole training iterations (weights out, fragments back, GAE, PPO update) with two
   actors, env-steps/s, and ``loop_over_vector_env``: how much of the env's own rate the loop keeps
   (against the mean of the vector env measured first and again last, which brackets the loop).
+- ``privileged_in_process`` / ``privileged_ray``: the privileged teacher's training loop (ground truth,
+  cameras off; ``privileged_*`` settings: batches of ``privileged_envs x privileged_fragment`` env-steps, the
+  default PPO epochs and network), in this process (``rollout.num_actors=0``) and with two Ray actors:
+  env-steps/s end to end, and the fraction of the loop spent in the PPO update (``update_fraction``).
+  ``privileged=false`` skips them; ``privileged_only=true`` runs only them.
 """
 
 from __future__ import annotations
@@ -38,6 +43,11 @@ class LearnerBenchConfig:
     fragment_length: int = field(32, help="steps per fragment")
     rounds: int = field(3, help="sampling rounds / iterations measured per case (after one warm-up)")
     epochs: int = field(4, help="PPO epochs in the learner case")
+    privileged: bool = field(True, help="also measure the privileged teacher's loop (in process and on Ray)")
+    privileged_only: bool = field(False, help="measure only the privileged teacher's loop")
+    privileged_envs: int = field(16, help="privileged loop: envs stepped together (split over the Ray actors)")
+    privileged_fragment: int = field(128, help="privileged loop: steps per fragment (a batch: envs x this)")
+    privileged_iterations: int = field(5, help="privileged loop: iterations measured (after one warm-up)")
     json: bool = field(False, help="print JSON only")
 
 
@@ -131,10 +141,71 @@ def bench_learner_and_loop(cfg: LearnerBenchConfig) -> tuple[dict, dict]:
     return learner, loop
 
 
+def bench_privileged(cfg: LearnerBenchConfig, num_actors: int) -> dict:
+    """The privileged teacher's training loop, as ``learner.train`` runs it (stage rl, cameras off)."""
+    per_actor = max(1, cfg.privileged_envs // max(num_actors, 1))
+    tc = from_dict(
+        TrainConfig,
+        {
+            "run": f"bench-privileged-{num_actors}",
+            "store": "/tmp/splatdrive-bench-store",
+            "tracking": {"out": "/tmp/splatdrive-bench-out", "tensorboard": False},
+            "suite": cfg.suite,
+            "stage": "rl",
+            "env": {"observation": "privileged", "cameras": False},
+            "rollout": {
+                "num_actors": num_actors,
+                "envs_per_actor": per_actor,
+                "fragment_length": cfg.privileged_fragment,
+            },
+        },
+    )
+    tr = Trainer(tc)
+    tr.build()
+    try:
+        learners, group = tr.learner_group, tr.rollout_group
+        steps, roll, learn = 0, 0.0, 0.0
+        for it in range(cfg.privileged_iterations + 1):  # the first is a warm-up (JIT, caches)
+            t1 = time.perf_counter()
+            group.set_weights(it, learners.weights())
+            frags = group.sample(cfg.privileged_fragment)
+            t2 = time.perf_counter()
+            learners.update_rl(stack_time(frags))
+            t3 = time.perf_counter()
+            if it:
+                roll, learn, steps = roll + t2 - t1, learn + t3 - t2, steps + sum(f.env_steps for f in frags)
+    finally:
+        tr.close()
+    total = roll + learn
+    return dict(
+        actors=num_actors, batch=steps // max(cfg.privileged_iterations, 1), steps=steps, seconds=total,
+        sps=steps / total, rollout_sps=steps / roll, update_fraction=learn / total, epochs=tc.ppo.epochs,
+    )  # fmt: skip
+
+
+def run_privileged(cfg: LearnerBenchConfig, out: dict) -> None:
+    _say(cfg, "privileged loop in process ...")
+    out["privileged_in_process"] = bench_privileged(cfg, 0)
+    _say(cfg, f"  {out['privileged_in_process']['sps']:.0f} env-steps/s")
+    import ray  # the optional extra splatdrive[ray]: imported where it is used, as everywhere
+
+    ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        _say(cfg, "privileged loop with 2 Ray actors ...")
+        out["privileged_ray"] = bench_privileged(cfg, 2)
+        _say(cfg, f"  {out['privileged_ray']['sps']:.0f} env-steps/s")
+    finally:
+        ray.shutdown()
+
+
 def run(cfg: LearnerBenchConfig) -> dict:
     import ray  # the optional extra splatdrive[ray]: imported where it is used, as everywhere
 
     out: dict = dict(machine=machine(), config=dict(cfg.__dict__), load_average_before=_load())
+    if cfg.privileged_only:
+        run_privileged(cfg, out)
+        out["load_average_after"] = _load()
+        return out
     # The baseline before Ray starts: its worker processes warm up for seconds and would slow it.
     _say(cfg, "vector env ...")
     out["vector_env"] = bench_vector_env(cfg, 2 * cfg.envs_per_actor)
@@ -157,6 +228,8 @@ def run(cfg: LearnerBenchConfig) -> dict:
     out["vector_env_after"] = bench_vector_env(cfg, 2 * cfg.envs_per_actor)
     baseline = 0.5 * (out["vector_env"]["sps"] + out["vector_env_after"]["sps"])
     out["loop_over_vector_env"] = out["loop"]["sps"] / baseline
+    if cfg.privileged:
+        run_privileged(cfg, out)
     out["load_average_after"] = _load()
     return out
 

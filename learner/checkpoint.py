@@ -48,6 +48,8 @@ class TrainState:
     il_iteration: int = 0  # IL pre-training iterations done
     iteration: int = 0  # RL iterations done (rollout + PPO update)
     warmup: int = 0  # critic warm-up iterations done (rollout + value-only update, before the first RL iteration)
+    dagger_round: int = 0  # DAgger rounds done (stage il); the aggregated labels are in dagger.safetensors
+    selected: str = ""  # the evaluation whose policy the run reports (stage rl's selection on the eval suite)
     rounds: int = 0  # PPO+IL rounds done (RL and IL rounds, for the RL:IL alternation)
     version: int = 0  # policy version (one per update), tags fragments
     env_steps: int = 0

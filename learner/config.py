@@ -90,12 +90,31 @@ class ILConfig:
     weight: float = field(0.5, help="weighted mode: IL loss weight added to every PPO minibatch")
     focal_gamma: float = field(0.0, help="focal loss gamma (0: cross-entropy)")
     lr: float = field(1e-3, help="learning rate of stage il")
+    dagger_rounds: int = field(
+        0,
+        help="DAgger rounds at the end of stage il (0: RAD's imitation on the expert's states only): each round the "
+        "policy drives dagger_steps env-steps, the reactive expert labels every state it visits, the labels join the "
+        "imitation data (also for the IL rounds of stage rl), then dagger_iterations IL iterations",
+    )
+    dagger_steps: int = field(2048, help="env-steps the policy drives (and the expert labels) per DAgger round")
+    dagger_iterations: int = field(20, help="IL iterations on the aggregated data after each DAgger round")
+    dagger_max: int = field(200_000, help="most labelled visited states kept (the oldest go first)")
 
     def __post_init__(self):
         if self.mode not in ("alternate", "weighted"):
             raise ValueError(f"il.mode must be 'alternate' or 'weighted', got {self.mode!r}")
+        for name in ("dagger_rounds", "dagger_iterations"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"il.{name}: expected >= 0, got {getattr(self, name)}")
+        if self.dagger_steps < 1 or self.dagger_max < 1:
+            raise ValueError(
+                f"il: dagger_steps and dagger_max must be >= 1, got {self.dagger_steps}, {self.dagger_max}"
+            )
         if self.rl_rounds < 0 or self.il_rounds < 0 or self.rl_rounds + self.il_rounds == 0:
             raise ValueError("il: rl_rounds and il_rounds must be >= 0 and not both 0")
+
+
+SELECT_METRICS = {"DS": 1.0, "RC": 1.0, "success_rate": 1.0, "CR": -1.0, "DR": -1.0}  # metric: +1 higher is better
 
 
 @dataclass(frozen=True)
@@ -103,6 +122,22 @@ class EvalConfig:
     suite: str = field("val", help="scenarios for periodic evaluation (deterministic policy)")
     every: int = field(8, help="evaluate every N RL iterations (0: only at stage ends)")
     num_envs: int = field(7, help="environments stepped together during evaluation")
+    select_last: int = field(
+        3,
+        help="the run's final policy is the best on the eval suite among the policies of its last K evaluations of "
+        "stage rl (the end of the stage's included; 1: the last policy, whatever it scored)",
+    )
+    select_metric: str = field(
+        "DS", help="what 'best' means: DS (mean driving score), RC or success_rate (higher), CR or DR (lower)"
+    )
+
+    def __post_init__(self):
+        if self.select_last < 1:
+            raise ValueError(f"eval.select_last: expected >= 1, got {self.select_last}")
+        if self.select_metric not in SELECT_METRICS:
+            raise ValueError(
+                f"eval.select_metric: expected one of {', '.join(SELECT_METRICS)}, got {self.select_metric!r}"
+            )
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,8 @@ from envs.suite import resolve_scenarios
 from envs.vector import VectorDrivingEnv
 from evaluation.metrics import rad_metrics
 from learner import checkpoint as ckpt_io
-from learner.config import TrainConfig
+from learner import dagger
+from learner.config import SELECT_METRICS, TrainConfig
 from learner.group import LearnerGroup
 from learner.learner import Demos, LearnerSettings, NonFiniteLoss
 from learner.perception import lease_owner, metrics_table, perception_run_name, run_stage, with_encoder
@@ -134,6 +135,9 @@ class Trainer:
         self.side_leases: list = []  # leases beside the run's, kept fresh by the same heartbeat (perception run)
         self.perception: dict | None = None  # stage perception's metrics, this call or read back from its run
         self._eval_env: VectorDrivingEnv | None = None  # the periodic evaluation's envs, built once
+        self.dagger_data: Demos | None = None  # the labelled states DAgger aggregated (stage il), checkpointed
+        sign = SELECT_METRICS[cfg.eval.select_metric]
+        self.selection = dagger.BestOfLast(cfg.eval.select_last, cfg.eval.select_metric, sign)  # stage rl's
 
     @property
     def learner_group(self) -> LearnerGroup:
@@ -197,11 +201,12 @@ class Trainer:
     def build(self) -> None:
         cfg = self.cfg
         r = cfg.rollout
-        needs_rl = "rl" in cfg.stages
-        if (needs_rl and r.num_actors > 0) or cfg.num_learners > 1 or cfg.learner_resources:
+        # rollout actors drive for stage rl, and for DAgger in stage il
+        needs_rollouts = "rl" in cfg.stages or ("il" in cfg.stages and cfg.il.dagger_rounds > 0)
+        if (needs_rollouts and r.num_actors > 0) or cfg.num_learners > 1 or cfg.learner_resources:
             self._ray_started = connect(cfg.ray_address, cfg.ray_num_cpus)
         spec = self.worker_spec(r.envs_per_actor)
-        if needs_rl:
+        if needs_rollouts:
             self.group = RolloutGroup(
                 spec, r.num_actors, ActorResources(r.cpus_per_actor, r.gpus_per_actor, r.max_restarts, r.resources)
             )
@@ -302,6 +307,8 @@ class Trainer:
             action_spec=self.action_spec,
             rig=self.rig,
         )
+        if self.dagger_data is not None:
+            files["dagger.safetensors"] = dagger.to_bytes(self.dagger_data)
         metrics = {}
         if state.last_eval:
             metrics = {f"val/{k}": v for k, v in state.last_eval.items() if isinstance(v, int | float)}
@@ -332,11 +339,16 @@ class Trainer:
         if latest is not None:
             lstate, state, rng, saved = ckpt_io.decode(latest.files)
             self._compare_config(saved, latest.version)
+            if "dagger.safetensors" in latest.files:
+                self.dagger_data = dagger.from_bytes(latest.files["dagger.safetensors"])
             self.learner_group.load_state(lstate)
             self._set_stage_settings(state)
             ckpt_io.restore_rng(rng)
             if state.stage == "done" and "rl" in cfg.stages and state.iteration < cfg.iterations:
                 state.stage = "rl"  # asked for more iterations than the finished run had: go on
+                self._set_stage_settings(state)
+            elif state.stage == "done" and cfg.stages[-1] == "il" and state.dagger_round < cfg.il.dagger_rounds:
+                state.stage = "il"  # a finished imitation run asked for more DAgger rounds: go on
                 self._set_stage_settings(state)
             log.info("resuming run %s from checkpoint %d (%s)", self.name, latest.version, state.stage)
             self.tracker.progress(
@@ -501,10 +513,45 @@ class Trainer:
                 )
             if state.il_iteration % cfg.store.checkpoint_every == 0 and state.il_iteration < n_it:
                 self.checkpoint(state, "periodic")
+        while state.dagger_round < cfg.il.dagger_rounds:
+            self.dagger_round(state, demos)
         state.il_eval = self.evaluate(state, "il")
         state.stage = "rl" if "rl" in cfg.stages else "done"
         self._set_stage_settings(state)
         self.checkpoint(state, "end of stage il", snapshot_run=il_snapshot_name(self.name))
+
+    def imitation_data(self, demos: Demos | None) -> Demos | None:
+        """What IL learns from: the expert's own states, and the states DAgger labelled (when it ran)."""
+        if demos is None or self.dagger_data is None:
+            return demos if demos is not None else self.dagger_data
+        return demos.concat(self.dagger_data)
+
+    def dagger_round(self, state: ckpt_io.TrainState, demos: Demos) -> None:
+        """One DAgger round (``learner.dagger``): the policy drives ``il.dagger_steps`` env-steps, the reactive
+        expert labels every state it visits, the labels join the data, then ``il.dagger_iterations`` IL
+        iterations on the expert's states and all the labelled ones."""
+        cfg, il = self.cfg, self.cfg.il
+        t0 = time.perf_counter()
+        self.rollout_group.set_weights(state.version, self.learner_group.weights())
+        new, m = dagger.collect(self.rollout_group, il.dagger_steps, cfg.rollout.fragment_length, cfg.rollout.timeout_s)
+        self.learner_group.merge_obs_stats(new)  # the visited states join the statistics once, as demos did
+        self.dagger_data = dagger.aggregate(self.dagger_data, new, il.dagger_max)
+        data = self.imitation_data(demos)
+        assert data is not None
+        for _ in range(il.dagger_iterations):
+            m.update(self.learner_group.update_il(data, il.steps_per_iteration))
+            state.version += 1
+            state.il_steps += il.steps_per_iteration * il.batch_size
+        state.dagger_round += 1
+        m["dagger/aggregated"] = float(len(self.dagger_data))
+        m["charts/dagger_seconds"] = time.perf_counter() - t0
+        self.tracker.log(state.il_steps, m)
+        self.tracker.progress(
+            f"DAgger {state.dagger_round}/{il.dagger_rounds} | {len(self.dagger_data):,} labelled states | policy = "
+            f"expert on {m['dagger/agreement']:.0%} of its own | episodes failed {m['dagger/failure_rate']:.0%} | "
+            f"IL loss {m.get('losses/il_loss', float('nan')):.3f}"
+        )
+        self.checkpoint(state, f"DAgger round {state.dagger_round}")
 
     def _is_il_round(self, state: ckpt_io.TrainState) -> bool:
         il = self.cfg.il
@@ -525,7 +572,8 @@ class Trainer:
             m = self.learner_group.update_rl(stack_time(frags), critic_only=True)
             state.warmup += 1
             state.version += 1
-            state.env_steps += sum(f.env_steps for f in frags)
+            # counted apart: env_steps are the RL iterations' (warm-up steps = warmup x fragment x envs)
+            m["charts/warmup_env_steps"] = float(sum(f.env_steps for f in frags))
             m["charts/warmup_seconds"] = time.perf_counter() - t0
             self.tracker.log(state.env_steps, m)
             self.tracker.progress(
@@ -584,12 +632,28 @@ class Trainer:
                 f"collisions {'n/a' if coll is None else f'{coll:.0%}'} | restarts {self.rollout_group.restarts}"
             )
             if cfg.eval.every and state.iteration % cfg.eval.every == 0 and state.iteration < cfg.iterations:
-                self.evaluate(state, f"rl@{state.iteration}")
+                m = self.evaluate(state, f"rl@{state.iteration}")
+                self.selection.offer(f"rl@{state.iteration}", m, self.learner_group.weights())
             if state.iteration % cfg.store.checkpoint_every == 0 and state.iteration < cfg.iterations:
                 self.checkpoint(state, "periodic")
-        self.evaluate(state, "rl+il")
+        self.selection.offer("rl+il", self.evaluate(state, "rl+il"), self.learner_group.weights())
+        self.select(state)
         state.stage = "done"
         self.checkpoint(state, "end of stage rl")
+
+    def select(self, state: ckpt_io.TrainState) -> None:
+        """The run reports the best policy of its last ``eval.select_last`` evaluations on ``eval.suite`` by
+        ``eval.select_metric`` (``learner.dagger.BestOfLast``; after a resume, of those since it), not its last."""
+        label, metrics, weights = self.selection.best()
+        kept = [lab for lab, _, _ in self.selection.kept]
+        if label != kept[-1]:
+            self.learner_group.load_state({"policy": weights})
+        state.selected, state.last_eval = label, metrics
+        key = self.cfg.eval.select_metric
+        self.tracker.progress(
+            f"final policy: {label} (best {key} {metrics.get(key, float('nan')):.3f} on {self.cfg.eval.suite} among "
+            f"{', '.join(kept)})"
+        )
 
     def _note_failures(self, frags) -> None:
         """Log the rollouts' scenario failures, and name each newly quarantined scenario once."""
@@ -654,7 +718,7 @@ class Trainer:
             if state.stage == "il":
                 self.stage_il(state, demos)
             if state.stage == "rl":
-                self.stage_rl(state, demos)
+                self.stage_rl(state, self.imitation_data(demos))
             self.async_committer.flush()
             self.summary(state)
             last = self.async_committer.last_committed

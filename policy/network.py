@@ -84,6 +84,11 @@ class PolicyConfig:
     embed_dim: int = field(128, help="width of every per-part embedding (and of the camera and token features)")
     hidden_dim: int = field(256, help="width of the fusion trunk and of the lateral head")
     trunk_layers: int = field(2, help="number of Linear+ReLU layers in the fusion trunk")
+    token_dim: int = field(
+        32,
+        help="width of the per-token MLP of the agent and map token sets (pooled, then projected to embed_dim): "
+        "the tokens are many (64 map points), so their width sets most of a privileged update's cost",
+    )
     token_pool: str = field(
         "max", help="pooling of the agent/map token sets: 'max', 'mean' or 'attention' (one learned query)"
     )
@@ -126,7 +131,7 @@ class PolicyConfig:
             raise ValueError(f"PolicyConfig.critic: expected one of {', '.join(CRITICS)}, got {self.critic!r}")
         if self.camera_fusion not in ("concat", "mean"):
             raise ValueError(f"PolicyConfig.camera_fusion: expected 'concat' or 'mean', got {self.camera_fusion!r}")
-        for name in ("embed_dim", "hidden_dim", "trunk_layers"):
+        for name in ("embed_dim", "hidden_dim", "trunk_layers", "token_dim"):
             if getattr(self, name) < 1:
                 raise ValueError(f"PolicyConfig.{name}: expected >= 1, got {getattr(self, name)}")
 
@@ -254,11 +259,11 @@ class TokenSetEncoder(nn.Module):
 
     def __init__(self, n_feat: int, cfg: PolicyConfig):
         super().__init__()
-        self.token_mlp = mlp(n_feat, cfg.embed_dim)
+        self.token_mlp = mlp(n_feat, cfg.token_dim)
         self.pool = cfg.token_pool
         if self.pool == "attention":
-            self.query = nn.Parameter(torch.randn(cfg.embed_dim) * 0.02)
-        self.out = nn.Sequential(layer_init(nn.Linear(cfg.embed_dim, cfg.embed_dim)), nn.ReLU())
+            self.query = nn.Parameter(torch.randn(cfg.token_dim) * 0.02)
+        self.out = nn.Sequential(layer_init(nn.Linear(cfg.token_dim, cfg.embed_dim)), nn.ReLU())
 
     def forward(self, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         present = mask > 0.5  # [B, N]

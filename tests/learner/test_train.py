@@ -41,7 +41,7 @@ def tiny(tmp: Path, suite: Path, **over) -> TrainConfig:
         "env": {"resolution": [32, 16], "render_backend": "cpu"},
         "policy": {"embed_dim": 32, "hidden_dim": 64},
         "rollout": {"num_actors": 0, "envs_per_actor": 2, "fragment_length": 6},
-        "ppo": {"epochs": 2, "minibatches": 2},
+        "ppo": {"epochs": 2, "minibatches": 2, "critic_warmup": 1},
         "il": {"pretrain_iterations": 2, "steps_per_iteration": 2, "batch_size": 16, "rl_rounds": 2, "il_rounds": 1},
         "eval": {"suite": str(suite), "every": 0, "num_envs": 2},
         "iterations": 2,
@@ -56,8 +56,9 @@ def test_train_checkpoint_resume_evaluate(tmp_path, suite, capsys):
     r1 = train(tiny(tmp_path, suite))
     s1 = r1.state
     assert s1.stage == "done" and s1.il_iteration == 2 and s1.iteration == 2
-    assert s1.env_steps == 2 * 6 * 2  # iterations x fragment_length x envs
+    assert s1.warmup == 1 and s1.env_steps == 2 * 6 * 2  # iterations x fragment_length x envs (warm-up apart)
     assert s1.il_eval is not None and s1.last_eval is not None and s1.last_eval["n"] == 2
+    assert s1.selected == "rl+il"  # eval.every=0: the end of stage rl is the only candidate
     rs = CheckpointStore(tmp_path / "store").run("tiny")
     versions = rs.versions()
     assert versions and r1.last_version == versions[-1]
@@ -202,3 +203,28 @@ def test_ray_job_submit_runs_the_entrypoint(tmp_path, suite):
         except subprocess.TimeoutExpired:
             os.killpg(head.pid, signal.SIGKILL)
             head.wait(timeout=30)
+
+
+@pytest.mark.slow
+def test_dagger_labels_the_states_the_policy_visits_and_a_resume_keeps_them(tmp_path, suite):
+    """Stage il with two DAgger rounds: every state the policy drove to is labelled by the reactive expert (the
+    same bins DrivingEnv.reactive_label gives at that state), the data is aggregated and checkpointed, and a
+    resumed run with a third round reads the first two back."""
+    import torch
+
+    from learner import dagger
+
+    il = {"pretrain_iterations": 2, "steps_per_iteration": 2, "batch_size": 16, "dagger_rounds": 2, "dagger_steps": 20,
+          "dagger_iterations": 2}  # fmt: skip
+    cfg = tiny(tmp_path, suite, stage="il", il=il, env={"cameras": False, "observation": "privileged"})
+    r1 = train(cfg)
+    assert r1.state.dagger_round == 2 and r1.state.stage == "done"
+    ck = CheckpointStore(tmp_path / "store").run("tiny").load_latest()
+    data = dagger.from_bytes(ck.files["dagger.safetensors"])
+    assert len(data) == 2 * 24  # two rounds of >= 20 steps: two fragments [6, 2] each
+    assert data.labels.dtype == torch.int64 and set(data.obs) >= {"ego", "route", "agents", "map", "limits"}
+    # a resume with one round more: the first two rounds' states are kept, a third joins them
+    r2 = train(tiny(tmp_path, suite, stage="il", il={**il, "dagger_rounds": 3}, env=cfg.env))
+    assert r2.state.dagger_round == 3
+    again = dagger.from_bytes(CheckpointStore(tmp_path / "store").run("tiny").load_latest().files["dagger.safetensors"])
+    assert len(again) == 3 * 24 and torch.equal(again.labels[: len(data)], data.labels)

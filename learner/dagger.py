@@ -1,0 +1,91 @@
+"""DAgger's data, and the choice of a run's final policy on the evaluation suite.
+
+**DAgger** (Ross, Gordon, Bagnell 2011): imitation on the expert's own states alone leaves the policy
+untrained on the states its own mistakes lead to (covariate shift). Each round, the policy drives
+(the rollout group, its sampled actions), the reactive expert (``rollout.teachers.reactive_labels``, a
+pure function of what is observable at each state) labels every state it visits, and the labelled
+states join the imitation data: :func:`collect` gathers one round, :func:`aggregate` keeps at most
+``cap`` of them (the oldest go first), and :func:`to_bytes` / :func:`from_bytes` put them in a
+checkpoint (``dagger.safetensors``) so a resumed run keeps what it aggregated.
+
+**Selection**: RL's val figures move by a few clips from one evaluation to the next, so the policy a
+run reports is not simply its last one: :class:`BestOfLast` keeps the policies of the last K
+evaluations and returns the best by one metric.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+
+from learner.learner import Demos
+from rollout.fragment import stack_time
+from rollout.group import RolloutGroup
+from rollout.teachers import reactive_labels
+from store import bytes_to_tensors, tensors_to_bytes
+
+LABEL = "teacher"  # the extra's name in fragments
+
+
+def collect(group: RolloutGroup, steps: int, T: int, timeout_s: float | None = None) -> tuple[Demos, dict]:
+    """At least ``steps`` states visited by the policy the group holds (sampled actions), each labelled with the
+    reactive expert's bins: (Demos [N, ...], stats). Rounds of one fragment [T, B] per actor."""
+    obs: dict[str, list[torch.Tensor]] = {}
+    labels: list[torch.Tensor] = []
+    n = 0
+    agree = 0.0
+    episodes = []
+    while n < steps:
+        frags = group.sample(T, timeout_s=timeout_s, extras={LABEL: reactive_labels})
+        batch = stack_time(frags)
+        for k, v in batch.obs.items():
+            obs.setdefault(k, []).append(v.reshape(-1, *v.shape[2:]))
+        lab = batch.extras[LABEL].reshape(-1, 2).long()
+        labels.append(lab)
+        agree += float((batch.actions.reshape(-1, 2) == lab).all(1).float().sum())
+        n += batch.env_steps
+        episodes += [e for f in frags for e in f.episodes]
+    events = [e["event"] for e in episodes]
+    stats = {
+        "dagger/states": float(n),
+        "dagger/agreement": agree / max(n, 1),  # the policy's sampled action == the expert's label
+        "dagger/failure_rate": sum(1 for e in events if e) / max(len(events), 1),
+    }
+    return Demos({k: torch.cat(v) for k, v in obs.items()}, torch.cat(labels)), stats
+
+
+def aggregate(old: Demos | None, new: Demos, cap: int) -> Demos:
+    """``old`` then ``new``, keeping the newest ``cap`` states."""
+    out = new if old is None else old.concat(new)
+    if len(out) > cap:
+        out = out.take(torch.arange(len(out) - cap, len(out)))
+    return out
+
+
+def to_bytes(d: Demos) -> bytes:
+    return tensors_to_bytes({**{f"obs.{k}": v.contiguous() for k, v in d.obs.items()}, "labels": d.labels})
+
+
+def from_bytes(data: bytes) -> Demos:
+    t = bytes_to_tensors(data)
+    return Demos({k[4:]: v for k, v in t.items() if k.startswith("obs.")}, t["labels"].long())
+
+
+class BestOfLast:
+    """The policies of the last ``k`` evaluations, and the best of them by ``metric`` (``sign`` +1: higher is
+    better, -1: lower; ties go to the later one, as more trained)."""
+
+    def __init__(self, k: int, metric: str, sign: float):
+        self.k, self.metric, self.sign = int(k), metric, float(sign)
+        self.kept: list[tuple[str, dict, dict[str, torch.Tensor]]] = []
+
+    def offer(self, label: str, metrics: Mapping, weights: dict[str, torch.Tensor]) -> None:
+        self.kept = [*self.kept, (label, dict(metrics), weights)][-self.k :]
+
+    def best(self) -> tuple[str, dict, dict[str, torch.Tensor]]:
+        if not self.kept:
+            raise ValueError("BestOfLast: no evaluation offered")
+        scores = [self.sign * float(m.get(self.metric, float("nan"))) for _, m, _ in self.kept]
+        i = max(range(len(scores)), key=lambda j: (scores[j] if scores[j] == scores[j] else float("-inf"), j))
+        return self.kept[i]

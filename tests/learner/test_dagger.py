@@ -1,0 +1,51 @@
+"""DAgger's data (aggregation with a cap, the checkpoint round trip) and the choice of a run's final policy."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from learner.dagger import BestOfLast, aggregate, from_bytes, to_bytes
+from learner.learner import Demos
+
+
+def demos(first: int, n: int) -> Demos:
+    """n states whose ego part and labels count up from ``first`` (so which ones were kept can be read off)."""
+    idx = torch.arange(first, first + n)
+    return Demos({"ego": idx[:, None].float().repeat(1, 6)}, torch.stack([idx, idx + 1], 1))
+
+
+def test_aggregate_keeps_the_newest_up_to_the_cap():
+    a = aggregate(None, demos(0, 5), cap=8)
+    assert len(a) == 5
+    b = aggregate(a, demos(5, 5), cap=8)  # 10 states, 8 kept: 2..9
+    assert b.labels[:, 0].tolist() == list(range(2, 10)) and b.obs["ego"][:, 0].tolist() == list(range(2, 10))
+    with pytest.raises(ValueError, match="observation parts differ"):
+        aggregate(b, Demos({"route": torch.zeros(1, 2)}, torch.zeros(1, 2, dtype=torch.long)), cap=8)
+
+
+def test_dagger_data_survive_a_checkpoint_round_trip():
+    d = demos(3, 7)
+    back = from_bytes(to_bytes(d))
+    assert torch.equal(back.labels, d.labels) and back.labels.dtype == torch.int64
+    assert torch.equal(back.obs["ego"], d.obs["ego"])
+
+
+def test_best_of_last_k_by_the_metric_and_its_direction():
+    w = {"x": torch.zeros(1)}
+    ds = BestOfLast(3, "DS", +1.0)
+    for label, score in (("a", 0.9), ("b", 0.5), ("c", 0.7), ("d", 0.6)):  # "a" falls out of the last 3
+        ds.offer(label, {"DS": score}, w)
+    assert [lab for lab, _, _ in ds.kept] == ["b", "c", "d"] and ds.best()[0] == "c"
+    cr = BestOfLast(3, "CR", -1.0)
+    for label, score in (("a", 0.2), ("b", 0.1), ("c", 0.1)):  # lower is better; a tie goes to the later one
+        cr.offer(label, {"CR": score}, w)
+    assert cr.best()[0] == "c"
+    nan = BestOfLast(2, "DS", +1.0)
+    nan.offer("a", {"DS": 0.3}, w)
+    nan.offer("b", {"DS": math.nan}, w)  # an evaluation without the metric never wins
+    assert nan.best()[0] == "a"
+    with pytest.raises(ValueError, match="no evaluation"):
+        BestOfLast(1, "DS", 1.0).best()
