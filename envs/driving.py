@@ -69,7 +69,6 @@ from envs.suite import ScenarioPool, resolve_scenarios
 from scenarios.actions import ActionSpec, nearest_bins, project_feasible
 from sim import rendering  # called as rendering.render: the one place envs.bench and tests count or patch
 from sim.camera import make_rig
-from sim.collision import StaticIndex
 from sim.dynamics import ANCHOR_HORIZON, anchor_to_controls, bicycle_step
 from sim.frames import pose_matrix
 from sim.geometry import box_corners, world_to_local
@@ -304,13 +303,11 @@ class DrivingEnv(gym.Env):
         self._active = False
         d = self.pool.data(k)
         self._k, self._data = k, d
-        need_scene = "cameras" in self._parts or cfg.static_gaussians or self.render_mode is not None
+        need_scene = "cameras" in self._parts or self.render_mode is not None
         self._scene = d.load_scene() if need_scene else None
         self._static = None
         if cfg.static_gaussians:
-            assert self._scene is not None  # need_scene holds with static_gaussians
-            bg = self._scene.background
-            self._static = StaticIndex.from_cloud(bg, opacity_threshold=cfg.static_opacity_threshold)
+            self._static = d.static_index(cfg.static_opacity_threshold)
             L, W, H = d.ego_lwh
             lwh = np.array([[L, W, max(H - cfg.static_lift, 0.0)]])
             self._query = (np.zeros((1, 3)), np.eye(3)[None].copy(), lwh)

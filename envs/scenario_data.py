@@ -10,6 +10,7 @@ Frames and units as ``sim.frames``: world metres, yaw from +x towards +y.
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
 
@@ -19,7 +20,8 @@ from envs.kernels import path_points, project_path
 from scenarios.actions import ActionSpec, nearest_bins
 from scenarios.expert import expert_displacements
 from scenarios.reactive import ReactiveRoute, ReactiveScene, agent_velocities
-from scenarios.scene import load_scene
+from scenarios.scene import cloud_key, load_cloud, load_scene
+from sim.collision import StaticIndex
 from sim.frames import wrap_angle
 from sim.geometry import interpolate_polyline, polyline_arclength
 
@@ -138,6 +140,23 @@ class ScenarioData:
         """The ``sim.Scene``, PLYs read through scenarios' per-process cache."""
         return load_scene(self.scenario)
 
+    def static_index(self, opacity_threshold: float) -> StaticIndex:
+        """The background's ``sim.StaticIndex`` (static collisions), kept per background file in a bounded LRU
+        of its own (:data:`STATIC_CACHE_SIZE`): an index is a few MB where its cloud is tens, so a run over many
+        places keeps every index while the clouds come and go (cameras off, a cloud is read only to index it)."""
+        key = (cloud_key(self.scenario.scene.background), float(opacity_threshold))
+        with _static_lock:
+            if key in _static_indices:
+                _static_indices.move_to_end(key)
+                return _static_indices[key]
+        cloud = load_cloud(self.scenario.scene.background, "background")
+        index = StaticIndex.from_cloud(cloud, opacity_threshold=opacity_threshold)
+        with _static_lock:
+            _static_indices[key] = index
+            while len(_static_indices) > STATIC_CACHE_SIZE:
+                _static_indices.popitem(last=False)
+        return index
+
     # -- per-step queries (numba kernels; ``sim.geometry`` is their reference) -------------------
     def project(self, xy) -> tuple[float, float, float, float]:
         """Nearest point of the expert path to world xy [2]: (distance m, arclength s m, matched
@@ -151,6 +170,11 @@ class ScenarioData:
         out = np.empty((len(s), 2))
         path_points(self.path_xy, self.path_s, np.asarray(s, dtype=np.float64), out)
         return out
+
+
+STATIC_CACHE_SIZE = 256  # backgrounds whose static index a process keeps (train has 126 places)
+_static_lock = threading.Lock()
+_static_indices: OrderedDict[tuple, StaticIndex] = OrderedDict()
 
 
 def _lane_points(map_data, spacing: float) -> np.ndarray:

@@ -123,8 +123,12 @@ class LearnerGroup:
         gpus_per_learner: float = 0.0,
         resources: Mapping[str, float] | None = None,
         join_timeout_s: float = JOIN_TIMEOUT_S,
+        threads: int = 0,
     ):
         self.n = int(num_learners)
+        # the in-driver learner's torch threads while it updates (0: every core): in serial mode the rollouts
+        # (one thread) and the update take turns in this process, so the update may use the whole machine
+        self.threads = int(threads) or (os.cpu_count() or 1)
         if self.n < 1:
             raise ValueError(f"num_learners must be >= 1, got {num_learners}")
         if gpus_per_learner < 0:
@@ -206,7 +210,12 @@ class LearnerGroup:
     def _call(self, method: Callable[..., R], *args) -> R:
         """``method`` (a Learner method) on every rank; rank 0's result."""
         if self.local is not None:
-            return method(self.local, *args)
+            before = torch.get_num_threads()
+            torch.set_num_threads(self.threads)
+            try:
+                return method(self.local, *args)
+            finally:
+                torch.set_num_threads(before)
         ray = self._ray
         # batches, demonstrations and weights: one copy in the object store for all ranks
         refs = [ray.put(a) if isinstance(a, dict | Batch | Demos) else a for a in args]

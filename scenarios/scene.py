@@ -25,14 +25,15 @@ _backgrounds: OrderedDict[tuple, GaussianCloud] = OrderedDict()
 _assets: dict[tuple, GaussianCloud] = {}
 
 
-def _key(path: Path) -> tuple:
+def cloud_key(path: Path) -> tuple:
+    """What identifies a PLY's contents in the caches: (resolved path, size, mtime)."""
     st = Path(path).stat()
     return (str(Path(path).resolve()), st.st_size, st.st_mtime_ns)
 
 
 def load_cloud(path: Path, kind: str = "asset") -> GaussianCloud:
     """The cloud in ``path`` (a 3DGS PLY), read at most once per process while the file is unchanged."""
-    key = _key(path)
+    key = cloud_key(path)
     with _lock:
         cache = _backgrounds if kind == "background" else _assets
         if key in cache:
