@@ -570,6 +570,7 @@ class Trainer:
             self.rollout_group.set_weights(state.version, self.learner_group.weights())
             frags = self.rollout_group.sample(T, timeout_s=cfg.rollout.timeout_s)
             m = self.learner_group.update_rl(stack_time(frags), critic_only=True)
+            self._note_failures(frags)
             state.warmup += 1
             state.version += 1
             # counted apart: env_steps are the RL iterations' (warm-up steps = warmup x fragment x envs)

@@ -53,6 +53,7 @@ def tiny_args(out: Path, suite: Path, store: str | Path, run: str = "r", **over)
         "rollout.fragment_length": T,
         "ppo.epochs": 2,
         "ppo.minibatches": 2,
+        "ppo.critic_warmup": 0,  # the faults are those of the RL iterations (counted by sample calls)
         "il.pretrain_iterations": 1,
         "il.steps_per_iteration": 1,
         "il.batch_size": 8,

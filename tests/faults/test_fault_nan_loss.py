@@ -41,14 +41,14 @@ class PoisonTrainer(Trainer):
 
         self.group.sample = poisoned
         self.weights_seen: list[dict] = []
-        update = self.learners.call
+        learners = self.learner_group
+        update = learners.update_rl
 
-        def call(method, *args, **kwargs):
-            if method == "update_rl":
-                self.weights_seen.append(update("weights"))
-            return update(method, *args, **kwargs)
+        def update_rl(*args, **kwargs):
+            self.weights_seen.append(learners.weights())
+            return update(*args, **kwargs)
 
-        self.learners.call = call
+        learners.update_rl = update_rl  # type: ignore[method-assign]
 
 
 def _finite(weights) -> bool:
