@@ -171,7 +171,7 @@ def expert_demonstrations(
             del rows[first:], labels[first:], sidx[first:], steps[first:]
             pending.clear()  # (flushed at each scenario's end: only this scenario's frames wait)
             continue
-        if progress:
+        if progress and ((k + 1) % max(1, n_sc // 10) == 0 or k + 1 == n_sc):  # about ten lines a build
             log.info("demonstrations: scenario %d/%d (%s), %d frames", k + 1, n_sc, d.id, len(rows))
     env.close()
     if not rows:
