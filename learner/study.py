@@ -52,6 +52,7 @@ from evaluation.evaluate import run as run_evaluation
 from evaluation.metrics import clip_values, rad_metrics
 from evaluation.stats import mcnemar, paired_difference, seed_interval
 from learner.config import EvalConfig, ILConfig, PerceptionConfig, StoreConfig, TrainConfig
+from learner.study_report import PAIRED, SUMMARY, plot, report_md
 from learner.train import il_snapshot_name, train
 from rollout.job import check_job_path
 from sim.configs import ConfigError, field, non_defaults, parse_cli, to_dict
@@ -60,16 +61,10 @@ from store import CheckpointStore, OutputFolder, is_uri, join_uri, json_safe, sp
 
 log = logging.getLogger("learner.study")
 
-STAGES = ("il", "rl+il")
-# (key in rad_metrics, label, higher is better)
-SUMMARY = (
-    ("CR", "CR", False),
-    ("DR", "DR", False),
-    ("RC", "RC", True),
-    ("DS", "driving score", True),
-    ("success_rate", "success", True),
-)
-PAIRED = (("collision", "CR"), ("RC", "RC"), ("DS", "driving score"))
+STAGES = ("il", "rl+il")  # every seed's two runs' policies; with dagger=true also "dagger", "dagger+rl+il"
+LEARNED = ("il", "rl+il", "dagger", "dagger+rl+il")
+# paired comparisons beside RL+IL - IL, when both were driven: (b, a) for b - a
+MORE_PAIRS = (("dagger+rl+il", "dagger"), ("dagger", "il"), ("dagger+rl+il", "rl+il"), ("rl+il", "reactive"))
 
 # The study's budget, sized so that the whole study (3 seeds x three stages in camera mode, the teacher,
 # the ablations, every evaluation) runs in about an hour on 2 CPU cores (the README has the measured wall
@@ -112,6 +107,16 @@ class StudyConfig:
         help="also train and evaluate a privileged teacher per seed (env.observation=privileged, env.cameras=false, "
         "stage il+rl, the same budget): the upper bound",
     )
+    dagger: bool = field(
+        False,
+        help="also train a DAgger arm per seed (run <name>-s<seed>-dagger: the same IL, then train.il.dagger_rounds "
+        "-- dagger_rounds when that is 0 -- of DAgger with the reactive expert, then the same RL+IL) and evaluate "
+        "DAgger and DAgger -> RL+IL beside IL and IL -> RL+IL",
+    )
+    dagger_rounds: int = field(10, help="DAgger rounds of the DAgger arm when train.il.dagger_rounds is 0")
+    baselines: tuple[str, ...] = field(
+        (), help="baselines driven beside each seed's policies, paired clip by clip (e.g. reactive, lane-follow)"
+    )
 
     def __post_init__(self):
         if self.seeds < 1 or self.first_seed < 0:
@@ -137,13 +142,26 @@ def teacher_run(cfg: StudyConfig, seed: int) -> TrainConfig:
     return dataclasses.replace(tcfg, run=f"{cfg.name}-s{seed}-teacher", stage="il+rl", env=env)
 
 
-def policy_specs(tcfg: TrainConfig) -> dict[str, str]:
-    """Store URIs of a seed's two final policies, by stage."""
+def dagger_run(cfg: StudyConfig, seed: int) -> TrainConfig:
+    """The seed's DAgger arm: its run, with DAgger rounds at the end of stage il."""
+    tcfg = seed_run(cfg, seed)
+    il = tcfg.il if tcfg.il.dagger_rounds else dataclasses.replace(tcfg.il, dagger_rounds=cfg.dagger_rounds)
+    return dataclasses.replace(tcfg, run=f"{tcfg.run}-dagger", il=il)
+
+
+def policy_specs(tcfg: TrainConfig, il: str = "il", rl: str = "rl+il") -> dict[str, str]:
+    """Store URIs of a run's two final policies: {il: the end of its stage il, rl: its final policy}."""
     store = tcfg.store.uri
-    return {
-        "il": join_uri(store, f"{il_snapshot_name(tcfg.run)}@latest"),
-        "rl+il": join_uri(store, f"{tcfg.run}@latest"),
-    }
+    return {il: join_uri(store, f"{il_snapshot_name(tcfg.run)}@latest"), rl: join_uri(store, f"{tcfg.run}@latest")}
+
+
+def seed_specs(cfg: StudyConfig, seed: int) -> dict[str, str]:
+    """Every policy a seed's evaluation drives, by label: IL, IL -> RL+IL, (DAgger, DAgger -> RL+IL), baselines."""
+    specs = policy_specs(seed_run(cfg, seed))
+    if cfg.dagger:
+        specs.update(policy_specs(dagger_run(cfg, seed), "dagger", "dagger+rl+il"))
+    specs.update({b: b for b in cfg.baselines})
+    return specs
 
 
 # -- one seed --------------------------------------------------------------------------------------
@@ -154,13 +172,15 @@ def train_seed(tcfg: TrainConfig) -> dict:
     t0 = time.perf_counter()
     result = train(tcfg)
     history = [dict(r) for r in result.state.history]
-    returns = []
+    returns, failures = [], []  # the training rollouts' curves: return, collision rate (last 200 episodes)
     jsonl = result.folder / "metrics.jsonl"
     if jsonl.is_file():
         for line in jsonl.read_text().splitlines():
             row = json.loads(line)
             if "charts/episodic_return" in row:
                 returns.append((int(row["step"]), float(row["charts/episodic_return"])))
+            if "charts/collision_rate" in row:
+                failures.append((int(row["step"]), float(row["charts/collision_rate"])))
     perception = result.perception or {}
     return {
         "run": result.run,
@@ -168,6 +188,7 @@ def train_seed(tcfg: TrainConfig) -> dict:
         "train_seconds": time.perf_counter() - t0,
         "val_history": history,
         "returns": returns,
+        "train_failures": failures,
         "perception": (perception.get("metrics") or {}).get("all"),
     }
 
@@ -206,11 +227,13 @@ def _cached_evaluation(out: Path, key: dict, compute: Callable[[], dict]) -> dic
 
 
 def evaluate_seed(cfg: StudyConfig, tcfg: TrainConfig, seed: int) -> dict:
-    """Both final policies of a seed on ``eval_suite``: metrics and per-clip values, paired by clip."""
-    specs = policy_specs(tcfg)
+    """Every policy of a seed (``seed_specs``) on ``eval_suite`` in one comparison: metrics and per-clip
+    values, paired by clip."""
+    specs = seed_specs(cfg, seed)
+    stages = list(specs)
     out = Path(cfg.out) / f"eval-s{seed}"
     ecfg = EvaluateConfig(
-        compare=tuple(specs[s] for s in STAGES),
+        compare=tuple(specs[s] for s in stages),
         suite=cfg.eval_suite,
         out=str(out),
         env=non_defaults(tcfg.env),  # the training's own env settings, over the evaluation's defaults
@@ -224,18 +247,18 @@ def evaluate_seed(cfg: StudyConfig, tcfg: TrainConfig, seed: int) -> dict:
     def compute() -> dict:
         t0 = time.perf_counter()
         res = run_evaluation(ecfg)
-        labels = dict(zip(STAGES, res.summary["order"]))
-        stages = {}
-        for stage in STAGES:
+        labels = dict(zip(stages, res.summary["order"]))
+        out_stages = {}
+        for stage in stages:
             recs = res.records[labels[stage]]
-            stages[stage] = {
+            out_stages[stage] = {
                 "policy": specs[stage],
                 "metrics": rad_metrics(recs),
                 "clips": {r["scenario"]: clip_values(r) for r in recs},
             }
-        return {"eval_seconds": time.perf_counter() - t0, "report": str(out / "report.md"), "stages": stages}
+        return {"eval_seconds": time.perf_counter() - t0, "report": str(out / "report.md"), "stages": out_stages}
 
-    key = {"config": to_dict(ecfg), "checkpoints": _pinned(tcfg, [specs[s] for s in STAGES])}
+    key = {"config": to_dict(ecfg), "checkpoints": _pinned(tcfg, [specs[s] for s in stages if s in LEARNED])}
     return _cached_evaluation(out, key, compute)
 
 
@@ -335,13 +358,14 @@ def _variant(seed: dict, label: str) -> dict | None:
 # -- across seeds ----------------------------------------------------------------------------------
 
 
-def paired(seeds: list[dict]) -> dict:
-    """RL+IL - IL on the same clips: pooled over seeds x clips, and per seed (t interval across seeds)."""
+def paired(seeds: list[dict], b_stage: str = "rl+il", a_stage: str = "il") -> dict:
+    """``b_stage`` - ``a_stage`` (RL+IL - IL by default) on the same clips: pooled over seeds x clips, and per
+    seed (t interval across seeds)."""
     out = {}
     for key, label in PAIRED:
         a_all, b_all, per_seed = [], [], []
         for s in seeds:
-            a, b = s["eval"]["stages"]["il"]["clips"], s["eval"]["stages"]["rl+il"]["clips"]
+            a, b = s["eval"]["stages"][a_stage]["clips"], s["eval"]["stages"][b_stage]["clips"]
             ids = sorted(set(a) & set(b))
             xa = [float(a[i][key]) for i in ids]
             xb = [float(b[i][key]) for i in ids]
@@ -358,188 +382,37 @@ def paired(seeds: list[dict]) -> dict:
 
 
 def aggregate(seeds: list[dict]) -> dict:
-    """Per stage and metric: the mean across seeds with its Student-t 95 % interval."""
+    """Per stage (every policy the seeds drove) and metric: the mean across seeds with its Student-t interval."""
+    stages = list(seeds[0]["eval"]["stages"]) if seeds else list(STAGES)
     return {
         stage: {
             key: seed_interval([s["eval"]["stages"][stage]["metrics"][key] for s in seeds]) for key, _, _ in SUMMARY
         }
-        for stage in STAGES
+        for stage in stages
     }
 
 
-def verdict(agg: dict, pair: dict) -> dict:
-    """The issue's target, checked: CR down with the paired interval excluding 0, RC >= 0.95 IL's, DR no worse."""
+def verdict(agg: dict, pair: dict, more: dict | None = None) -> dict:
+    """The targets, checked. RL+IL against IL: CR down with the paired interval excluding 0 and to <= 0.4x
+    (RAD's stage 2), RC >= 0.95 IL's, DR no worse. With DAgger: DAgger -> RL+IL no worse than DAgger (the
+    paired driving-score interval does not lie below 0). With ``reactive`` driven: the best learned policy (by
+    mean driving score) has success >= 0.85 and a CR within 0.05 of reactive's."""
     il, rl = agg["il"], agg["rl+il"]
     cr = pair["collision"]
-    checks = {
+    checks: dict = {
         "cr_lower_significant": bool(cr["hi"] < 0.0),
+        "cr_at_most_40pct": bool(rl["CR"]["mean"] <= 0.4 * il["CR"]["mean"]),
         "rc_at_least_95pct": bool(rl["RC"]["mean"] >= 0.95 * il["RC"]["mean"]),
         "dr_no_worse": bool(rl["DR"]["mean"] <= il["DR"]["mean"] + 1e-12),
     }
-    return {"met": all(checks.values()), **checks}
-
-
-# -- report ----------------------------------------------------------------------------------------
-
-
-def _ci(d: dict, digits: int = 3) -> str:
-    if not d or d.get("n", 0) == 0 or not math.isfinite(d["mean" if "mean" in d else "diff"]):
-        return "n/a"
-    m = d["mean"] if "mean" in d else d["diff"]
-    if "mean" in d and d.get("n") == 1:  # an interval across seeds needs two seeds at least
-        return f"{m:.{digits}f} (1 seed)"
-    return f"{m:.{digits}f} [{d['lo']:.{digits}f}, {d['hi']:.{digits}f}]"
-
-
-def report_md(study: dict) -> str:
-    cfg, agg, pair, v = study["config"], study["aggregate"], study["paired"], study["verdict"]
-    n_clips = len(next(iter(study["seeds"]))["eval"]["stages"]["il"]["clips"]) if study["seeds"] else 0
-    steps = [s["train"]["env_steps"] for s in study["seeds"]]
-    lo, hi = min(steps, default=0), max(steps, default=0)
-    budget = f"{lo:,}" if lo == hi else f"{lo:,} to {hi:,}"
-    lines = [
-        f"# Study `{cfg['name']}`: IL vs IL -> RL+IL on `{cfg['eval_suite']}`",
-        "",
-        f"{len(study['seeds'])} seeds x {n_clips} held-out clips; RL budget {budget} env-steps "
-        f"per seed; wall time {study['wall_seconds'] / 60:.1f} min.",
-        "Means across seeds with Student-t 95 % intervals (over the seeds). Lower CR and DR, higher RC, "
-        "driving score and success are better.",
-        "",
-        "| stage | " + " | ".join(label for _, label, _ in SUMMARY) + " |",
-        "|---|" + "---|" * len(SUMMARY),
-    ]
-    for stage in STAGES:
-        lines.append(f"| {stage} | " + " | ".join(_ci(agg[stage][k]) for k, _, _ in SUMMARY) + " |")
-    lines += [
-        "",
-        "## Paired: RL+IL - IL on the same clips",
-        "",
-        "Pooled over seeds x clips with a bootstrap 95 % interval over the pairs; per seed, the mean "
-        "difference with a t interval across seeds.",
-        "",
-        "| metric | pooled | across seeds |",
-        "|---|---|---|",
-    ]
-    for d in pair.values():
-        lines.append(f"| {d['label']} | {_ci(d)} | {_ci(d['across_seeds'])} |")
-    mc = pair["collision"]["mcnemar"]
-    lines += [
-        "",
-        f"McNemar on collisions: RL+IL fixed {mc['only_a']} clips that IL collided in and broke {mc['only_b']} "
-        f"that IL drove (exact p = {mc['p_value']:.3g}).",
-        "",
-        "## Target",
-        "",
-        f"CR lower with the paired interval excluding 0: **{v['cr_lower_significant']}**; RC >= 0.95 x IL's: "
-        f"**{v['rc_at_least_95pct']}**; DR no worse: **{v['dr_no_worse']}**. Target met: **{v['met']}**.",
-        "",
-        "![stages](stages.png)",
-        "",
-        "![curves](curves.png)",
-        "",
-        "## Seeds",
-        "",
-        "| seed | run | env-steps | train min | IL CR | RL+IL CR | IL RC | RL+IL RC | report |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for s in study["seeds"]:
-        il, rl = s["eval"]["stages"]["il"]["metrics"], s["eval"]["stages"]["rl+il"]["metrics"]
-        folder = Path(s["eval"]["report"]).parent.name
-        lines.append(
-            f"| {s['seed']} | {s['train']['run']} | {s['train']['env_steps']:,} | "
-            f"{s['train']['train_seconds'] / 60:.1f} | {il['CR']:.3f} | {rl['CR']:.3f} | {il['RC']:.3f} | "
-            f"{rl['RC']:.3f} | [{folder}]({folder}/report.md) |"
-        )
-    lines += images_md(study)
-    return "\n".join(lines) + "\n"
-
-
-def images_md(study: dict) -> list[str]:
-    """study.md's "Images" section: the camera policy beside its ablations and the teacher; perception."""
-    rows = study.get("images") or {}
-    lines: list[str] = []
-    if len(rows) > 1:
-        lines += [
-            "",
-            "## Images: does the camera policy use its cameras?",
-            "",
-            f"The final camera policy (RL+IL) on `{study['config']['eval_suite']}` with its own images, with its "
-            "cameras blanked (flat grey), with another clip's frames (the rig's view on another clip's expert "
-            "drive), and the privileged teacher (ground truth, no cameras) when trained. Means across seeds "
-            "with t intervals; then each against the camera policy on the same clips (pooled over seeds x "
-            "clips, bootstrap 95 % interval).",
-            "",
-            "| policy | seeds | " + " | ".join(label for _, label, _ in SUMMARY) + " |",
-            "|---|---|" + "---|" * len(SUMMARY),
-        ]
-        for label, row in rows.items():
-            cells = " | ".join(_ci(row["metrics"][k]) for k, _, _ in SUMMARY)
-            lines.append(f"| {label} | {row['seeds']} | {cells} |")
-        lines += ["", "| policy - camera policy | " + " | ".join(n for _, n in PAIRED) + " |", "|---|---|---|---|"]
-        for label, row in rows.items():
-            if "paired" in row:
-                lines.append(f"| {label} | " + " | ".join(_ci(row["paired"][k]) for k, _ in PAIRED) + " |")
-    percs = [s["train"].get("perception") for s in study["seeds"] if s["train"].get("perception")]
-    if percs:
-        keys: tuple[str, ...] = ("occupancy_iou", "prior_occupancy_iou", "velocity_error", "drivable_iou")
-        keys += ("prior_drivable_iou", "lane_iou", "prior_lane_iou")
-        lines += [
-            "",
-            "## Stage perception on val (the frozen encoder's view)",
-            "",
-            "Mean across seeds with t intervals; prior_*: the train frames' per-cell prior, which ignores the "
-            "images. Per kind: each run's perception.md.",
-            "",
-            "| " + " | ".join(keys) + " |",
-            "|" + "---|" * len(keys),
-            "| " + " | ".join(_ci(seed_interval([_num(p.get(k)) for p in percs])) for k in keys) + " |",
-        ]
-    return lines
-
-
-def plot(study: dict, out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    files = []
-    agg = study["aggregate"]
-    fig, axes = plt.subplots(1, len(SUMMARY), figsize=(3 * len(SUMMARY), 3))
-    for ax, (key, label, _) in zip(axes, SUMMARY):
-        means = [agg[s][key]["mean"] for s in STAGES]
-        err = [
-            [m - agg[s][key]["lo"] for s, m in zip(STAGES, means)],
-            [agg[s][key]["hi"] - m for s, m in zip(STAGES, means)],
-        ]
-        ax.bar(STAGES, means, yerr=err, capsize=4, color=["#8da0cb", "#fc8d62"])
-        for s in study["seeds"]:
-            ax.plot(STAGES, [s["eval"]["stages"][st]["metrics"][key] for st in STAGES], "k.-", alpha=0.4, lw=0.8)
-        ax.set_title(label)
-    fig.suptitle(f"{study['config']['eval_suite']}: mean and 95 % interval across seeds (dots: seeds)")
-    fig.tight_layout()
-    files.append(out / "stages.png")
-    fig.savefig(files[-1], dpi=110)
-    plt.close(fig)
-
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.2))
-    for s in study["seeds"]:
-        hist = [h for h in s["train"]["val_history"] if h.get("stage") != "il" or h.get("label") == "il"]
-        xs = [h["env_steps"] for h in hist]
-        axes[0].plot(xs, [h.get("CR", math.nan) for h in hist], ".-", label=f"seed {s['seed']}")
-        axes[1].plot(xs, [h.get("RC", math.nan) for h in hist], ".-")
-        if s["train"]["returns"]:
-            x, y = zip(*s["train"]["returns"])
-            axes[2].plot(x, y, lw=0.8)
-    for ax, t in zip(axes, ("val CR", "val route completion", "episodic return (rollouts)")):
-        ax.set_title(t)
-        ax.set_xlabel("RL env-steps")
-    axes[0].legend(fontsize=7)
-    fig.tight_layout()
-    files.append(out / "curves.png")
-    fig.savefig(files[-1], dpi=110)
-    plt.close(fig)
-    return files
+    if more and "dagger+rl+il - dagger" in more:
+        checks["dagger_rl_no_worse"] = bool(more["dagger+rl+il - dagger"]["DS"]["hi"] >= 0.0)
+    learned = [s for s in LEARNED if s in agg]
+    best = max(learned, key=lambda s: agg[s]["DS"]["mean"])
+    if "reactive" in agg:
+        checks["best_success_85pct"] = bool(agg[best]["success_rate"]["mean"] >= 0.85)
+        checks["best_cr_within_005_of_reactive"] = bool(agg[best]["CR"]["mean"] <= agg["reactive"]["CR"]["mean"] + 0.05)
+    return {"met": all(checks.values()), "best": best, **checks}
 
 
 # -- the whole study -------------------------------------------------------------------------------
@@ -560,8 +433,11 @@ def run(cfg: StudyConfig) -> dict:
         tcfg = seed_run(cfg, seed)
         log.info("study %s: seed %d (run %s)", cfg.name, seed, tcfg.run)
         trained = train_seed(tcfg)
+        dagger_trained = train_seed(dagger_run(cfg, seed)) if cfg.dagger else None
         ev = evaluate_seed(local, tcfg, seed)
         seeds.append({"seed": seed, "train": trained, "eval": ev, "images": images_seed(local, tcfg, seed)})
+        if dagger_trained is not None:
+            seeds[-1]["dagger_train"] = dagger_trained
         folder.sync()
         il, rl = ev["stages"]["il"]["metrics"], ev["stages"]["rl+il"]["metrics"]
         print(
@@ -571,12 +447,14 @@ def run(cfg: StudyConfig) -> dict:
         )
     agg = aggregate(seeds)
     pair = paired(seeds)
+    more = {f"{b} - {a}": paired(seeds, b, a) for b, a in MORE_PAIRS if b in agg and a in agg}
     study = {
         "config": to_dict(cfg),
         "seeds": seeds,
         "aggregate": agg,
         "paired": pair,
-        "verdict": verdict(agg, pair),
+        "paired_more": more,
+        "verdict": verdict(agg, pair, more),
         "images": images(seeds),
         "wall_seconds": time.perf_counter() - t0,
     }

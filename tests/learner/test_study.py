@@ -131,12 +131,44 @@ def test_verdict_and_pairs_by_hand():
     agg = aggregate(seeds)
     assert agg["il"]["CR"]["mean"] == pytest.approx(2 / 3) and agg["il"]["CR"]["lo"] == pytest.approx(2 / 3)
     v = verdict(agg, pair)
-    assert v == {"met": True, "cr_lower_significant": True, "rc_at_least_95pct": True, "dr_no_worse": True}
+    assert v == {
+        "met": True, "best": "rl+il", "cr_lower_significant": True, "cr_at_most_40pct": True,
+        "rc_at_least_95pct": True, "dr_no_worse": True,
+    }  # fmt: skip
     # RC falling below 95 % of IL's fails the target even with fewer collisions
     m3 = dict(m2, RC=0.5)
     v = verdict(aggregate([_seed(il, rl, m, m3)] * 2), pair)
     assert not v["met"] and not v["rc_at_least_95pct"]
     assert math.isfinite(pair["DS"]["diff"])
+
+
+def test_verdict_with_dagger_and_the_reactive_baseline_by_hand():
+    """DAgger -> RL+IL against DAgger by the paired driving score; the best learned policy (by mean driving
+    score) against reactive: success >= 0.85 and CR within 0.05."""
+    from learner.study import MORE_PAIRS
+
+    def clip(coll, ds):
+        return {"collision": coll, "RC": 1.0, "DS": ds, "failure": coll}
+
+    def stage(ds, cr, success):
+        clips = {c: clip(0.0, d) for c, d in zip("abc", ds)}
+        return {"clips": clips, "metrics": {"CR": cr, "DR": 0.0, "RC": 1.0, "DS": sum(ds) / 3, "success_rate": success}}
+
+    stages = {
+        "il": stage([0.6, 0.6, 0.6], 0.3, 0.5),
+        "rl+il": stage([0.9, 0.9, 0.9], 0.15, 0.9),
+        "dagger": stage([1.0, 1.0, 1.0], 0.02, 0.95),
+        "dagger+rl+il": stage([0.7, 0.7, 0.7], 0.04, 0.9),  # every clip's driving score lower than DAgger's
+        "reactive": stage([1.0, 1.0, 1.0], 0.0, 1.0),
+    }
+    seeds = [{"eval": {"stages": stages}}] * 2
+    agg = aggregate(seeds)
+    more = {f"{b} - {a}": paired(seeds, b, a) for b, a in MORE_PAIRS if b in agg and a in agg}
+    assert more["dagger+rl+il - dagger"]["DS"]["diff"] == pytest.approx(-0.3)
+    v = verdict(agg, paired(seeds), more)
+    assert v["best"] == "dagger" and v["best_success_85pct"] and v["best_cr_within_005_of_reactive"]
+    assert not v["dagger_rl_no_worse"] and not v["met"]  # RL+IL made DAgger's policy worse on every clip
+    assert v["cr_at_most_40pct"] is False  # 0.15 > 0.4 x 0.3
 
 
 def test_study_refuses_a_stage_it_cannot_pair():
