@@ -3,7 +3,7 @@
 The view is ego-centred with the ego's heading up, ``bev_range`` metres to each side (more ahead
 than behind), drawn with OpenCV every frame: filled polygons and anti-aliased lines at sub-pixel
 precision (coordinates in 1/16 px). Colours: road edges white, lane centres grey, expert path green,
-route waypoints yellow, agents blue, static obstacles orange, the ego red (outlined in white when it
+route waypoints yellow (points along the route lanes ahead of the ego, as the ``route`` part has them), agents blue, static obstacles orange, the ego red (outlined in white when it
 has collided).
 """
 
@@ -13,6 +13,8 @@ import math
 
 import numpy as np
 
+from envs.kernels import path_points, project_path
+from envs.observation import route_path
 from sim.geometry import box_corners
 from sim.viz import tile_cameras, upscale
 
@@ -75,8 +77,13 @@ def bird_eye_view(env) -> np.ndarray:
     for lane in d.lane_polylines:
         line(lane, LANE)
     line(d.path_xy, EXPERT, 2)
-    s = env._s + cfg.route_spacing * np.arange(1, cfg.route_points + 1)
-    for p in px(d.path_points(s)):
+    nav = env._nav if env._nav is not None else route_path(d.scenario)  # the route lanes, as the observation
+    x, y = float(env._state[0]), float(env._state[1])
+    s0 = project_path(x, y, nav.xy, nav.s, nav.yaw, nav.dyaw, nav.z)[1]
+    s = s0 + cfg.route_spacing * np.arange(1, cfg.route_points + 1)
+    pts = np.empty((len(s), 2))
+    path_points(nav.xy, nav.s, s, pts)
+    for p in px(pts):
         cv2.circle(img, tuple(int(v) for v in p), round(1.5 * (1 << SHIFT)), ROUTE, -1, cv2.LINE_AA, SHIFT)
     for j in range(len(d.obstacle_pose)):
         o, sz = d.obstacle_pose[j], d.obstacle_size[j]
