@@ -3,8 +3,8 @@
 The view is ego-centred with the ego's heading up, ``bev_range`` metres to each side (more ahead
 than behind), drawn with OpenCV every frame: filled polygons and anti-aliased lines at sub-pixel
 precision (coordinates in 1/16 px). Colours: road edges white, lane centres grey, expert path green,
-route waypoints yellow (points along the route lanes ahead of the ego, as the ``route`` part has them), agents blue, static obstacles orange, the ego red (outlined in white when it
-has collided).
+route waypoints yellow (points along the route lanes ahead of the ego, as the ``route`` part has them),
+agents blue, static obstacles orange, the ego red (outlined in white when it has collided).
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Per-scenario tables the env reads every step, built once per scenario and cached.
 
 Everything a step needs besides the ego's own state is a lookup in these arrays: the expert path
-(for deviation, route waypoints and the IL labels), the agents' boxes and velocities per step,
+(for deviation, progress and the IL labels), the agents' boxes and velocities per step,
 the static obstacle boxes and the lane-centre points. The scene's PLYs are not held here: they go
-through ``scenarios.scene``'s bounded per-process cache, and the static-collision index is memoised
-on the background cloud (``StaticIndex.from_cloud``), so both are built once per scene.
+through ``scenarios.scene``'s bounded per-process cache, and the static-collision indices through a
+bounded cache of their own (:meth:`ScenarioData.static_index`), so both are built once per scene.
 Frames and units as ``sim.frames``: world metres, yaw from +x towards +y.
 """
 
