@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from learner.study import CAMERA_POLICY, TEACHER, StudyConfig, images, images_md, teacher_run
+from learner.study import CAMERA_POLICY, TEACHER, StudyConfig, images, teacher_run
+from learner.study_report import images_md
 
 
 def _m(cr: float, rc: float) -> dict:
