@@ -8,6 +8,13 @@ from types import SimpleNamespace
 import numpy as np
 
 from envs.bev import BACKGROUND, EGO, OBSTACLE, ROAD_EDGE, bird_eye_view
+from envs.observation import RoutePath
+
+
+def far_route() -> RoutePath:
+    """A route 100 m to the ego's left (off the picture): the view draws no route point on it."""
+    xy = np.array([[-100.0, -2.0], [-100.0, 50.0]])
+    return RoutePath(xy, np.array([0.0, 52.0]), np.full(2, math.pi / 2), np.zeros(1), np.zeros(2), np.full(2, 10.0))
 
 
 def stub_env(obstacle_xy, obstacle_yaw, road_edges=(), hit=""):
@@ -36,6 +43,7 @@ def stub_env(obstacle_xy, obstacle_yaw, road_edges=(), hit=""):
         _s=0.0,
         _t=0,
         _last_event=hit,
+        _nav=far_route(),
         ego_box=lambda: (state[:2].copy(), math.pi / 2, np.array([4.0, 2.0, 1.5])),
     )
 

@@ -73,7 +73,7 @@ def test_study_trains_evaluates_and_reports(tmp_path, suite):
     ]
     assert saved["paired"]["RC"]["diff"] == pytest.approx(np.mean(diffs)) and saved["paired"]["RC"]["n"] == 4
     md = (out / "study.md").read_text()
-    assert "| il |" in md and "| rl+il |" in md and "McNemar" in md and "Target met" in md
+    assert "| IL (expert states) |" in md and "| IL -> RL+IL |" in md and "McNemar" in md and "## Target" in md
     assert study["verdict"] == saved["verdict"]
 
     # rerunning the same study resumes: nothing is trained again, the numbers are the same
