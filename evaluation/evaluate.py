@@ -61,6 +61,7 @@ from evaluation.report import (
     write_csv,
     write_video,
 )
+from policy.sources import redact_tree
 from rollout.cluster import connect
 from rollout.group import ActorResources, RolloutGroup, check_resources
 from rollout.job import check_job_path
@@ -263,7 +264,7 @@ def write_outputs(summary: dict, records, videos, cfg: EvaluateConfig, out: Path
         f"- {k}: `{summary['policies'][k]['spec']}` ({summary['policies'][k]['kind']})" for k in summary["order"]
     ]
     files["report"] = atomic_write(out / "report.md", "\n".join(lines) + "\n")
-    files["config"] = atomic_write(out / "config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    files["config"] = atomic_write(out / "config.yaml", yaml.safe_dump(redact_tree(to_dict(cfg)), sort_keys=False))
     return files
 
 

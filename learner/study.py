@@ -54,6 +54,7 @@ from evaluation.stats import mcnemar, paired_difference, seed_interval
 from learner.config import EvalConfig, ILConfig, PerceptionConfig, StoreConfig, TrainConfig
 from learner.study_report import PAIRED, SUMMARY, plot, report_md
 from learner.train import il_snapshot_name, train
+from policy.sources import redact_tree
 from rollout.job import check_job_path
 from sim.configs import ConfigError, field, non_defaults, parse_cli, to_dict
 from sim.files import atomic_write
@@ -449,7 +450,7 @@ def run(cfg: StudyConfig) -> dict:
     pair = paired(seeds)
     more = {f"{b} - {a}": paired(seeds, b, a) for b, a in MORE_PAIRS if b in agg and a in agg}
     study = {
-        "config": to_dict(cfg),
+        "config": redact_tree(to_dict(cfg)),  # a store URI's credentials as ***
         "seeds": seeds,
         "aggregate": agg,
         "paired": pair,

@@ -43,7 +43,7 @@ from typing import Any
 
 import yaml
 
-from policy.sources import redact_uri
+from policy.sources import redact_tree, redact_uri
 from rollout.job import check_job_path
 from sim.files import atomic_write
 from store import FolderMirror, RetryPolicy, StoreFolder, join_uri, scratch_folder, split_uri
@@ -141,14 +141,15 @@ class Tracker:
             if pulled:
                 log.info("tracking: %d file(s) of the run's earlier sessions copied from %s", len(pulled), store.uri)
         self.folder.mkdir(parents=True, exist_ok=True)
-        (self.folder / "config.yaml").write_text(yaml.safe_dump(dict(config), sort_keys=False))
+        # credentials in a store URI's query stay out of the files (they travel, they get shared)
+        (self.folder / "config.yaml").write_text(yaml.safe_dump(redact_tree(dict(config)), sort_keys=False))
         repo = Path(__file__).resolve().parent.parent
         self.info = dict(
             git_commit=git_commit(repo),
             seed=seed,
             versions=versions(),
             host=socket.gethostname(),
-            argv=sys.argv,
+            argv=redact_tree(list(sys.argv)),
             started=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         )
         atomic_write(self.folder / "run.json", json.dumps(self.info, indent=2))
@@ -168,7 +169,7 @@ class Tracker:
 
                 mlf.set_experiment("splatdrive")
                 mlf.start_run(run_name=self.name)
-                mlf.log_params({k: str(v)[:250] for k, v in _flat(config).items()})
+                mlf.log_params({k: str(v)[:250] for k, v in _flat(redact_tree(dict(config))).items()})
                 self.mlflow = mlf
             except Exception as e:
                 log.warning("MLflow logging off: %s", e)

@@ -1,5 +1,6 @@
 """Parsing a policy SOURCE (``policy.sources``' docstring lists the forms) into a :class:`SourceSpec`,
-and keeping credentials out of what is shown (:func:`redact_uri`). Nothing here reads a checkpoint."""
+and keeping credentials out of what is shown (:func:`redact_uri`, :func:`redact_tree`). Nothing here reads a
+checkpoint."""
 
 from __future__ import annotations
 
@@ -43,6 +44,18 @@ def redact_uri(uri: str) -> str:
     head, _, query = uri.partition("?")
     items = [(k, "***" if k in _SECRET_KEYS else v) for k, v in parse_qsl(query, keep_blank_values=True)]
     return head + "?" + urlencode(items, safe="*:/")
+
+
+def redact_tree(obj):
+    """A config tree (dicts, lists, strings) fit for a file others read: every string holding a query gets
+    :func:`redact_uri` (a store URI's credentials become '***'); anything else is returned as it is."""
+    if isinstance(obj, str):
+        return redact_uri(obj) if "?" in obj else obj
+    if isinstance(obj, dict):
+        return {k: redact_tree(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(redact_tree(v) for v in obj)
+    return obj
 
 
 def _split_run_version(last: str, text: str) -> tuple[str, int | None]:

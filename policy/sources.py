@@ -70,7 +70,7 @@ from policy.exported import (
 )
 from policy.network import ActorCritic, ExportPolicy, PolicyConfig
 from policy.rebuild import guess_rig, rebuild_obs_space
-from policy.source_spec import SYNTAX, SourceSpec, parse_source, redact_uri
+from policy.source_spec import SYNTAX, SourceSpec, parse_source, redact_tree, redact_uri
 from policy.spaces import (
     ACTION_KEYS,
     OBS_DOCS,
@@ -446,6 +446,7 @@ __all__ = [
     "PolicySourceError",
     "SourceSpec",
     "parse_source",
+    "redact_tree",
     "redact_uri",
     "resolve_policy_source",
     "space_from_json",

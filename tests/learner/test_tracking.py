@@ -14,6 +14,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from learner.tracking import Tracker, closing_lines, pull, run_folder
@@ -75,6 +76,21 @@ def scalars(folder: Path, tag: str) -> list[tuple[int, float]]:
     ea = EventAccumulator(str(folder))
     ea.Reload()
     return [(e.step, round(e.value, 6)) for e in ea.Scalars(tag)] if tag in ea.Tags()["scalars"] else []
+
+
+def test_credentials_in_a_store_uri_stay_out_of_the_run_files(tmp_path, monkeypatch):
+    uri = "s3://b/runs?endpoint_override=10.0.0.5:9000&access_key=AKIAXYZ&secret_key=s3cr3t"
+    monkeypatch.setattr(sys, "argv", ["learner.train", f"store.uri={uri}"])
+    t = Tracker(
+        tmp_path / "run", {"run": "r", "store": {"uri": uri, "keep": 3}, "tags": [uri]}, seed=0, tensorboard=False
+    )
+    t.close()
+    shown = "s3://b/runs?endpoint_override=10.0.0.5:9000&access_key=***&secret_key=***"
+    config = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    assert config == {"run": "r", "store": {"uri": shown, "keep": 3}, "tags": [shown]}
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["argv"] == ["learner.train", f"store.uri={shown}"]
+    for f in (tmp_path / "run").iterdir():
+        assert b"s3cr3t" not in f.read_bytes() and b"AKIAXYZ" not in f.read_bytes(), f.name
 
 
 def test_rows_logged_during_a_run_are_in_the_store_before_close(store_uri):

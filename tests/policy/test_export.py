@@ -27,7 +27,7 @@ from learner.learner import Learner
 from learner.train import learner_settings
 from policy.exported import ExportError, ObservationMismatch, check_pt2_archive, load_exported
 from policy.network import CAMERA_PARTS, ActorCritic, PolicyConfig, example_observation_space, random_obs
-from policy.sources import PolicySourceError, parse_source, redact_uri, resolve_policy_source
+from policy.sources import PolicySourceError, parse_source, redact_tree, redact_uri, resolve_policy_source
 from policy.spaces import space_from_json, space_to_json
 from sim.configs import from_dict
 from store import CheckpointStore
@@ -250,6 +250,14 @@ def test_source_syntax(ckpt, tmp_path):
         3,
     )
     assert "abc" not in redact_uri(s3.text) and "secret_key=***" in redact_uri(s3.text)
+    tree = {"out": s3.text, "policies": ("runs/a@3", s3.text), "n": 3, "nested": {"x": [None, "a?b=1"]}}
+    shown = "s3://bucket/some/prefix/myrun@3?endpoint_override=127.0.0.1:9000&secret_key=***"
+    assert redact_tree(tree) == {
+        "out": shown,
+        "policies": ("runs/a@3", shown),
+        "n": 3,
+        "nested": {"x": [None, "a?b=1"]},
+    }
     for bad, what in (
         (f"{store}/{RUN}@x", "neither an int"),
         (f"{store}/{RUN}@0", "neither an int"),
