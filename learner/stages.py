@@ -30,6 +30,7 @@ from rollout.episodes import run_episodes
 from rollout.fragment import stack_time
 from rollout.group import RolloutGroup
 from rollout.worker import to_torch
+from scenarios.builtin import is_builtin_spec, parse_spec
 from sim.configs import to_dict
 from store import CheckpointStore
 
@@ -75,9 +76,20 @@ class Stages:
         raise NotImplementedError
 
     # -- demonstrations and evaluation -------------------------------------------------------------
+    def demo_source(self):
+        """The clips the demonstrations follow: every training clip, or with cameras the first ``il.demo_clips``
+        (a built-in suite as its prefix spec, which builds only the shards that hold it)."""
+        suite, n = self.cfg.suite, self.cfg.il.demo_clips
+        if not self.cfg.env.cameras or n == 0:
+            return suite
+        if is_builtin_spec(suite):
+            name, count = parse_spec(suite)
+            return f"{name}:{min(n, count or n)}"
+        return resolve_scenarios(suite)[:n]
+
     def demos(self) -> Demos:
         t0 = time.perf_counter()
-        d = expert_demonstrations(self.cfg.suite, to_dict(self.cfg.env))
+        d = expert_demonstrations(self.demo_source(), to_dict(self.cfg.env))
         self.tracker.progress(
             f"demonstrations: {len(d):,} expert frames from {d.num_scenarios} scenarios "
             f"({time.perf_counter() - t0:.1f} s)"

@@ -257,7 +257,9 @@ def evaluate_seed(cfg: StudyConfig, tcfg: TrainConfig, seed: int) -> dict:
                 "metrics": rad_metrics(recs),
                 "clips": {r["scenario"]: clip_values(r) for r in recs},
             }
-        return {"eval_seconds": time.perf_counter() - t0, "report": str(out / "report.md"), "stages": out_stages}
+        # the report relative to the study's folder (a local scratch path means nothing once out is a store URI)
+        report = f"{out.name}/report.md"
+        return {"eval_seconds": time.perf_counter() - t0, "report": report, "stages": out_stages}
 
     key = {"config": to_dict(ecfg), "checkpoints": _pinned(tcfg, [specs[s] for s in stages if s in LEARNED])}
     return _cached_evaluation(out, key, compute)
@@ -291,7 +293,7 @@ def evaluate_policy(cfg: StudyConfig, spec: str, env: dict, out: Path, seed: int
             "policy": spec,
             "env": env,
             "eval_seconds": time.perf_counter() - t0,
-            "report": str(out / "report.md"),
+            "report": f"{out.name}/report.md",  # relative to the study's folder (out is one of its children)
             "metrics": rad_metrics(recs),
             "clips": {r["scenario"]: clip_values(r) for r in recs},
         }

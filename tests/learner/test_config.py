@@ -117,3 +117,27 @@ def test_learner_settings_come_from_the_ppo_and_il_sections():
     assert s.il_weight == 0.25
     alternate = learner_settings(TrainConfig(il=ILConfig(weight=0.25)), total_updates=10, lr=3e-4)
     assert alternate.il_weight == 0.0  # the weight only counts in the weighted mode
+
+
+def test_camera_demonstrations_follow_the_first_demo_clips(tmp_path):
+    """il.demo_clips: with cameras the demonstrations follow the first N training clips (a built-in suite as its
+    prefix spec, a folder's scenarios in its order); privileged observations and demo_clips=0 take them all."""
+    from types import SimpleNamespace
+
+    from learner.stages import Stages
+    from scenarios import save
+    from tests.envs.handmade import straight_scenario
+
+    def source(suite, cameras=True, n=64):
+        env = EnvConfig(cameras=cameras)
+        cfg = TrainConfig(stage="il+rl", suite=str(suite), env=env, il=ILConfig(demo_clips=n))
+        return Stages.demo_source(SimpleNamespace(cfg=cfg))
+
+    assert source("train") == "train:64"
+    assert source("train:256") == "train:64" and source("train:10") == "train:10"
+    assert source("train", n=0) == "train" and source("train", cameras=False) == "train"
+    for sid in ("c", "a", "b"):
+        save(straight_scenario(tmp_path, sid=sid, n_ground=20), tmp_path / f"{sid}.json")
+    assert [s.id for s in source(tmp_path, n=2)] == ["a", "b"]  # the folder's order: by file name
+    with pytest.raises(ValueError, match="demo_clips"):
+        ILConfig(demo_clips=-1)

@@ -61,6 +61,7 @@ def test_study_trains_evaluates_and_reports(tmp_path, suite):
         for stage in STAGES:
             assert sorted(s["eval"]["stages"][stage]["clips"]) == ["lead", "plain"]
         assert s["eval"]["stages"]["il"]["policy"].endswith(f"tiny-s{s['seed']}-il@latest")
+        assert s["eval"]["report"] == f"eval-s{s['seed']}/report.md"  # relative to the study's folder
         # the learning curve: the IL evaluation, one after each RL iteration but the last, the final one
         assert [h["label"] for h in s["train"]["val_history"]] == ["il", "rl@1", "rl+il"]
     # the across-seed mean is the mean of the per-seed values; the paired difference the mean over pairs
