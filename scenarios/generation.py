@@ -48,6 +48,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TextIO
 
 import numpy as np
 import yaml
@@ -517,11 +518,16 @@ def serve_jobs(stdin=None, stdout=None) -> int:
     return 0
 
 
-def _progress(total: int, enabled: bool):
-    """A callback that advances a tqdm bar (stderr) by a finished place's scenarios; None closes it."""
+def _progress(total: int, enabled: bool, stream: TextIO | None = None):
+    """A callback that reports a finished place's scenarios on ``stream`` (stderr); None ends it. On a
+    terminal, a tqdm bar; elsewhere (a Ray worker's log, a file, CI) about ten plain lines a build, since a
+    bar redrawn with carriage returns becomes a line per redraw there."""
     if not enabled:
         return lambda r: None
-    bar = tqdm(total=total, unit="scenario", desc="generating", file=sys.stderr, dynamic_ncols=True)
+    stream = stream if stream is not None else sys.stderr
+    if not stream.isatty():
+        return _line_progress(total, stream)
+    bar = tqdm(total=total, unit="scenario", desc="generating", file=stream, dynamic_ncols=True)
 
     def step(r):
         if r is None:
@@ -529,5 +535,28 @@ def _progress(total: int, enabled: bool):
             return
         bar.set_postfix_str(f"{r['place']} ({r['seconds']:.1f} s)")
         bar.update(len(r["scenarios"]))
+
+    return step
+
+
+def _line_progress(total: int, stream: TextIO):
+    """``_progress`` for a stream that is not a terminal: a line each time the count passes a tenth of
+    ``total`` (and at the end), with the rate since the start."""
+    t0, done, shown = time.perf_counter(), 0, 0
+    every = max(1, -(-total // 10))
+
+    def step(r):
+        nonlocal done, shown
+        if r is None:
+            return
+        done += len(r["scenarios"])
+        if done // every > shown // every or done >= total > shown:
+            shown = done
+            dt = time.perf_counter() - t0
+            stream.write(
+                f"generating: {done}/{total} scenarios ({done / max(dt, 1e-9):.1f}/s, {dt:.0f} s; last "
+                f"{r['place']} in {r['seconds']:.1f} s)\n"
+            )
+            stream.flush()
 
     return step

@@ -5,6 +5,7 @@ background where the env's static query finds them."""
 
 from __future__ import annotations
 
+import io
 import json
 from collections import Counter
 from dataclasses import replace
@@ -333,3 +334,29 @@ def test_cli_help(capsys):
     assert e.value.code == 0
     text = capsys.readouterr().out
     assert "--kinds" in text and "cut_in" in text and "1,000,000" in text and "--variants" in text
+
+
+def test_progress_off_a_terminal_is_about_ten_plain_lines():
+    """A Ray worker's log or a file gets a line each time the count passes a tenth of the total (by hand:
+    14 places of 8 scenarios, a tenth of 112 rounded up is 12: lines at 16, 24, 40, 48, 64, 72, 88, 96 and
+    112), never a carriage return; a terminal gets the tqdm bar instead."""
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    results = [{"scenarios": [{}] * 8, "place": f"p{i}", "seconds": 0.5} for i in range(14)]
+    for stream in (io.StringIO(), Terminal()):
+        step = generation._progress(112, True, stream)
+        for r in results:
+            step(r)
+        step(None)
+        text = stream.getvalue()
+        if stream.isatty():
+            assert "generating" in text and "112/112" in text and "scenarios (" not in text
+            continue
+        assert "\r" not in text
+        counts = [int(line.split()[1].split("/")[0]) for line in text.splitlines()]
+        assert counts == [16, 24, 40, 48, 64, 72, 88, 96, 112]
+        assert text.splitlines()[-1].startswith("generating: 112/112 scenarios (") and "last p13 in 0.5 s" in text
+    assert generation._progress(112, False)(results[0]) is None
