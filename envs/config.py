@@ -82,6 +82,13 @@ class EnvConfig:
         "frames (what the rig sees on the expert's pose of another scenario of the pool at the same "
         "step; in a pool of one clip, the same clip half its horizon later).",
     )
+    camera_history: int = field(
+        0,
+        help="Camera mode: 0, the images of now; k > 0, the rig's images of k steps earlier stacked after them "
+        "(cameras [2C, H, W, 3]: now, then k steps ago; the first frame of an episode until it is k steps old), "
+        "so an encoder can see motion (``policy.camera_encoder=lift`` lifts both into the bird's-eye grid). "
+        "One render per step all the same: the earlier images are kept, not rendered again.",
+    )
     navigation_points: int = field(
         5,
         help="Camera mode: route points ahead along the route's lane centres (``navigation``).",
@@ -194,6 +201,8 @@ class EnvConfig:
             bad("static_lift", "a number >= 0 (metres)")
         if self.horizon is not None and (not isinstance(self.horizon, int) or self.horizon < 1):
             bad("horizon", "None or an int >= 1 (steps)")
+        if not (isinstance(self.camera_history, int) and 0 <= self.camera_history <= 50):
+            bad("camera_history", "an int in [0, 50] (steps)")
         if self.resolution is not None:
             r = self.resolution
             if not (len(r) == 2 and all(isinstance(v, int) and v > 0 for v in r)):

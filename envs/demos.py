@@ -78,7 +78,7 @@ class Demonstrations:
         return len(self.scenario_ids) - len(self.skipped)
 
 
-def _expert_motion(d, t: int) -> dict[str, Any]:
+def expert_motion(d, t: int) -> dict[str, Any]:
     """The env's dynamic state had the ego driven the expert's path up to step t: ``state`` [4] and the
     ego part's yaw rate, acceleration and steering (``DrivingEnv.observe_state``'s arguments)."""
     poses = d.expert_poses
@@ -146,7 +146,7 @@ def expert_demonstrations(
         try:
             d = pool.data(k)
             for t in range(d.horizon):
-                m = _expert_motion(d, t)
+                m = expert_motion(d, t)
                 if t > 0:
                     prev = d.expert_action[t - 1]
                     last = (float(spec.lateral[prev[0]]), float(spec.longitudinal[prev[1]]))
@@ -165,6 +165,10 @@ def expert_demonstrations(
                     if len(pending) >= RENDER_BATCH:
                         flush()
             flush()
+            if env.config.cameras and env.config.camera_history:  # now, then k steps earlier, as the env stacks
+                k_h, own = env.config.camera_history, [r["cameras"] for r in rows[first:]]
+                for t, r in enumerate(rows[first:]):
+                    r["cameras"] = np.concatenate([own[t], own[max(t - k_h, 0)]])
         except Exception as e:  # one broken scenario must not stop the run: charge it, leave it out
             skipped[pool.ids[k]] = msg = pool.record_failure(k, e)
             log.error("demonstrations: leaving out scenario %s: %s", pool.ids[k], msg)

@@ -41,6 +41,7 @@ Info at every reset and step:
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import math
@@ -175,6 +176,8 @@ class DrivingEnv(gym.Env):
         self.observation_space = observation_space(cfg, len(self.rig), width, height)
         self._parts = frozenset(cfg.parts)
         self._grey: np.ndarray | None = None  # camera_ablation="blank": the flat grey images, made once
+        # camera_history=k: the images of the last k steps, oldest first (the episode's first frame until then)
+        self._history: collections.deque = collections.deque(maxlen=max(cfg.camera_history, 1))
         self._nav: RoutePath | None = None  # the route from the map's lanes (navigation, command, route, limits)
         self._nav_point = np.empty(2)  # camera mode: the navigation kernel's buffer
         # camera_ablation="shuffle": (ScenarioData, scene, step offset) of the clip whose frames are shown
@@ -267,7 +270,7 @@ class DrivingEnv(gym.Env):
         if cams is None:
             request = self._camera_request(force=True)
             cams = self._render_one(*request)
-        return compose_frame(self, cams)
+        return compose_frame(self, cams[: len(self.rig)])  # now (camera_history stacks earlier images after)
 
     def close(self):
         self._active = False
@@ -325,6 +328,7 @@ class DrivingEnv(gym.Env):
             offset = 0 if n > 1 else (d.horizon + 1) // 2
             self._donor = (other, other.load_scene() if "cameras" in self._parts else None, offset)
         self._measure()
+        self._history.clear()
         self._obs = self._observe()
         self._active = True
 
@@ -455,10 +459,24 @@ class DrivingEnv(gym.Env):
         return hit
 
     # -- observation -----------------------------------------------------------------------------
-    def _observe(self) -> dict[str, np.ndarray]:
+    def observe_as(self, mode: str, parts) -> dict[str, np.ndarray]:
+        """The current state observed in another mode (``envs.observation``) with the given parts (no cameras):
+        what a privileged teacher reads of the states a camera policy visits (``rollout.teachers``). The
+        episode is not touched."""
+        if mode not in ("camera", "privileged") or "cameras" in parts:
+            raise ValueError(f"observe_as: mode camera or privileged and parts without cameras, got {mode!r}, {parts}")
+        if self._obs is None:
+            raise RuntimeError("DrivingEnv.observe_as: call reset() first")
+        nav = self._nav if self._nav is not None else route_path(self._loaded.scenario)
+        return self._observe(frozenset(parts), mode, nav)
+
+    def _observe(self, on=None, mode: str | None = None, nav: RoutePath | None = None) -> dict[str, np.ndarray]:
         """The observation of the current state, in the config's mode (``envs.observation``); the cameras
-        are the previous images until ``_set_cameras`` gets the new ones from the render call."""
-        d, cfg, t, on = self._loaded, self.config, self._t, self._parts
+        are the previous images until ``_set_cameras`` gets the new ones from the render call. ``on``, ``mode``,
+        ``nav``: other parts, mode and route (``observe_as``)."""
+        d, cfg, t = self._loaded, self.config, self._t
+        on = self._parts if on is None else on
+        mode = cfg.observation if mode is None else mode
         ex, ey, yaw, v = self._state.tolist()
         obs: dict[str, np.ndarray] = {}
         if "cameras" in on:
@@ -466,14 +484,14 @@ class DrivingEnv(gym.Env):
             # the previous images, replaced by _set_cameras after the render call; the key keeps its place
             # (first, as in the observation space) even before an env's first render, when it holds None
             obs["cameras"] = prev  # type: ignore[assignment]  # None before the first render (see above)
-        if "ego" in on and cfg.observation == "camera":  # what the car measures of itself
+        if "ego" in on and mode == "camera":  # what the car measures of itself
             obs["ego"] = np.array([v, self._yaw_rate, self._accel, self._steer], dtype=np.float32)
         elif "ego" in on:  # and the anchor it applied last; no elapsed time
             obs["ego"] = np.array(
                 [v, self._yaw_rate, self._accel, self._steer, self._last[0], self._last[1]], dtype=np.float32
             )
-        if self._nav is not None:  # the map's route, from where the ego is on it (never the expert's drive)
-            nav = self._nav
+        nav = self._nav if nav is None else nav
+        if nav is not None:  # the map's route, from where the ego is on it (never the expert's drive)
             _, s0, _, _ = project_path(ex, ey, nav.xy, nav.s, nav.yaw, nav.dyaw, nav.z)
             if "navigation" in on:
                 points = np.empty((cfg.navigation_points, 2), np.float32)
@@ -546,6 +564,7 @@ class DrivingEnv(gym.Env):
         self._last_event = ""
         self._measure()
         self._obs = None  # no previous images: the cameras part is None until rendered
+        self._history.clear()
         self._obs = self._observe()
         self._active = self._t < d.horizon
         if cameras and "cameras" in self._parts:
@@ -613,6 +632,11 @@ class DrivingEnv(gym.Env):
             if self._grey is None or self._grey.shape != images.shape:
                 self._grey = np.full(images.shape, BLANK_GREY, np.uint8)
             images = self._grey
+        k = self.config.camera_history
+        if k:  # now, then k steps ago (the oldest kept while the episode is younger than k steps)
+            past = self._history[0] if self._history else images
+            self._history.append(images)
+            images = np.concatenate([images, past])
         self._observation["cameras"] = images
 
 

@@ -7,7 +7,8 @@ logged drive.
 
 | key           | dtype   | shape        | content (ego frame: x forward, y left, metres; see ``sim.frames``)     |
 |---------------|---------|--------------|------------------------------------------------------------------------|
-| cameras       | uint8   | [C, H, W, 3] | the rig's images of the digital twin at the ego's pose                 |
+| cameras       | uint8   | [C, H, W, 3] | the rig's images of the digital twin at the ego's pose; [2C, ...] with |
+|               |         |              | ``camera_history`` k > 0: now, then the images of k steps ago          |
 | ego           | float32 | [4]          | speed m/s, yaw rate rad/s, accel m/s^2, steering rad                   |
 | navigation    | float32 | [N, 2]       | points every ``navigation_spacing`` m ahead along the centre lines of  |
 |               |         |              | the scenario's route lanes (``MapData.route_polyline(scenario.route)``)|
@@ -72,7 +73,8 @@ def observation_space(cfg: EnvConfig, num_cameras: int, width: int, height: int)
     on = set(cfg.parts)
     parts: dict[str, spaces.Space] = {}
     if "cameras" in on:
-        parts["cameras"] = spaces.Box(0, 255, (num_cameras, height, width, 3), np.uint8)
+        frames = 2 if cfg.camera_history else 1  # now (and k steps ago): EnvConfig.camera_history
+        parts["cameras"] = spaces.Box(0, 255, (frames * num_cameras, height, width, 3), np.uint8)
     if "ego" in on:
         n = len(CAMERA_EGO_FEATURES if cfg.observation == "camera" else EGO_FEATURES)
         parts["ego"] = spaces.Box(-BOUND, BOUND, (n,), f32)

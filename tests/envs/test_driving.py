@@ -245,3 +245,32 @@ def test_broken_suite_file_is_named_or_skipped(tmp_path, hm_dir):
     assert env.pool.ids == ("good",)
     env = DrivingEnv({**FAST, "skip_broken": True}, scenarios=[str(tmp_path / "bad.json"), str(tmp_path)])
     assert env.pool.ids == ("good",)
+
+
+def test_camera_history_stacks_the_images_of_k_steps_ago(plain):
+    """cameras [2C, ...]: now, then the images rendered k steps before (the episode's first until it is k steps
+    old), one render a step; a new episode starts its history afresh; the vector env stacks alike."""
+    from envs.vector import VectorDrivingEnv
+
+    env = DrivingEnv({**FAST, "camera_history": 2, "render_backend": "cpu"}, scenarios=[plain])
+    C = len(env.rig)
+    assert env.observation_space["cameras"].shape == (2 * C, 16, 32, 3)
+    obs, _ = env.reset(seed=0)
+    seen = [obs["cameras"][:C].copy()]
+    assert np.array_equal(obs["cameras"][C:], seen[0])
+    for t in range(1, 6):
+        obs, *_ = env.step(np.array([30, 20]))
+        seen.append(obs["cameras"][:C].copy())
+        assert np.array_equal(obs["cameras"][C:], seen[max(t - 2, 0)])
+    assert not np.array_equal(seen[5], seen[3])  # the ego moved: the pictures differ, so the check above bites
+    obs, _ = env.reset(seed=1)
+    assert np.array_equal(obs["cameras"][C:], obs["cameras"][:C])  # no image of the last episode
+    venv = VectorDrivingEnv([plain], 2, {**FAST, "camera_history": 1, "render_backend": "cpu"})
+    vobs, _ = venv.reset(seed=0)
+    assert vobs["cameras"].shape == (2, 2 * C, 16, 32, 3)
+    for _ in range(3):
+        prev = vobs["cameras"][:, :C].copy()
+        vobs, *_ = venv.step(np.array([[30, 20], [30, 20]]))
+        assert np.array_equal(vobs["cameras"][:, C:], prev)  # k = 1: the images of the step before
+    with pytest.raises(ValueError, match="camera_history"):
+        DrivingEnv({"camera_history": -1}, scenarios=[plain])
