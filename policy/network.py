@@ -3,6 +3,7 @@
 Layout (B = batch):
 
     cameras [B, C, H, W, 3] uint8 -> shared strided CNN per camera + learned camera embedding -> [B, E]
+                                     (or camera_encoder=lift: lifted into a BEV grid, ``policy.lift``)
     ego     [B, 4] or [B, 6]      -> running-norm -> MLP                                    -> [B, E]
     navigation [B, N, 2]          -> running-norm -> flatten -> MLP                          -> [B, E]
     command [B, 3] (one-hot)      -> MLP                                                    -> [B, E]
@@ -56,6 +57,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from policy.lift import LiftEncoder
 from scenarios.actions import ActionSpec
 from sim.configs import field
 
@@ -92,6 +94,23 @@ class PolicyConfig:
     token_pool: str = field(
         "max", help="pooling of the agent/map token sets: 'max', 'mean' or 'attention' (one learned query)"
     )
+    camera_encoder: str = field(
+        "flat",
+        help="the camera encoder: 'flat' (a strided CNN per camera, each camera's map flattened to one vector, the "
+        "cameras fused) or 'lift' (image features lifted into a bird's-eye grid through the rig's geometry, "
+        "policy.lift: sees where things are; reads both frames of env.camera_history)",
+    )
+    lift_rig: str = field("front3", help="camera_encoder=lift: the env's camera rig (sim.RIGS), whose geometry it uses")
+    bev_cells: int = field(
+        32, help="camera_encoder=lift: grid side in cells (training sets it, range and behind from perception.*)"
+    )
+    bev_range_m: float = field(40.0, help="camera_encoder=lift: grid side in metres (= perception.range_m)")
+    bev_behind_m: float = field(4.0, help="camera_encoder=lift: the grid starts this far behind the rear axle (m)")
+    lift_heights: tuple[float, ...] = field(
+        (0.25, 0.85, 1.45), help="camera_encoder=lift: heights above the ground (m) at which each cell is looked up"
+    )
+    lift_channels: int = field(16, help="camera_encoder=lift: image feature channels lifted into the grid")
+    bev_channels: int = field(16, help="camera_encoder=lift: channels of the grid's CNN")
     camera_fusion: str = field(
         "concat",
         help="'concat' (flatten the per-camera features) or 'mean' (camera-count agnostic; the camera embedding "
@@ -129,6 +148,16 @@ class PolicyConfig:
             raise ValueError(f"PolicyConfig.token_pool: expected 'max', 'mean' or 'attention', got {self.token_pool!r}")
         if self.critic not in CRITICS:
             raise ValueError(f"PolicyConfig.critic: expected one of {', '.join(CRITICS)}, got {self.critic!r}")
+        if self.camera_encoder not in ("flat", "lift"):
+            raise ValueError(f"PolicyConfig.camera_encoder: expected 'flat' or 'lift', got {self.camera_encoder!r}")
+        if self.camera_encoder == "lift":
+            if not self.lift_heights or self.bev_cells < 4 or self.bev_cells % 4:
+                raise ValueError(
+                    f"PolicyConfig: lift needs heights and bev_cells a multiple of 4, got {self.lift_heights}, "
+                    f"{self.bev_cells}"
+                )
+            if not (self.bev_range_m > 0 and self.bev_behind_m >= 0 and min(self.lift_channels, self.bev_channels)):
+                raise ValueError("PolicyConfig: bev_range_m > 0, bev_behind_m >= 0, lift/bev_channels >= 1 are needed")
         if self.camera_fusion not in ("concat", "mean"):
             raise ValueError(f"PolicyConfig.camera_fusion: expected 'concat' or 'mean', got {self.camera_fusion!r}")
         for name in ("embed_dim", "hidden_dim", "trunk_layers", "token_dim"):
@@ -363,7 +392,8 @@ class ActorCritic(nn.Module):
             if key == "cameras":
                 if cameras:
                     C, H, W, _ = shape
-                    enc[key] = CameraEncoder(C, H, W, cfg)
+                    lift = cfg.camera_encoder == "lift"
+                    enc[key] = LiftEncoder(C, H, W, cfg) if lift else CameraEncoder(C, H, W, cfg)
             elif key in TOKEN_PARTS:
                 enc[key] = TokenSetEncoder(shape[-1], cfg)
             else:  # ego, command, limits: [n]; navigation, route: [K, 2] flattened
@@ -395,8 +425,11 @@ class ActorCritic(nn.Module):
         feats = []
         for key in self.parts:
             x = self._get(obs, key)
-            if key == "cameras":
-                feats.append(encoders[key](x) if camera is None else camera)
+            if key == "cameras" and camera is not None:
+                feats.append(camera)
+            elif key == "cameras":
+                enc = encoders[key]
+                feats.append(enc(x, obs.get("ego")) if isinstance(enc, LiftEncoder) else enc(x))
             elif key in RAW_PARTS:
                 feats.append(encoders[key](x.float()))
             elif key in TOKEN_PARTS:
@@ -430,7 +463,8 @@ class ActorCritic(nn.Module):
         cameras)."""
         if "cameras" not in self.encoders:
             return 0
-        params = list(self.encoders["cameras"].parameters())
+        enc = self.encoders["cameras"]
+        params = enc.perceptual() if isinstance(enc, LiftEncoder) else list(enc.parameters())
         for p in params:
             p.requires_grad_(False)
         return sum(p.numel() for p in params)

@@ -510,3 +510,66 @@ def test_inputs_describe_the_ego_features_by_mode():
     assert "centre lines of the route's lanes" in priv["route"]["meaning"] and "limits" in priv
     old = gym.spaces.Dict({"ego": gym.spaces.Box(-np.inf, np.inf, (7,), np.float32)})
     assert described(old)["ego"]["features"][-1] == "elapsed"
+
+
+# -- a lifted-BEV camera student ---------------------------------------------------------------------
+
+
+def test_a_lift_student_with_frame_history_exports_with_parity_and_runs_without_the_codebase(suite, tmp_path):
+    """The camera student the study distils (camera_encoder=lift over two frames, env.camera_history=1):
+    ONNX (grid_sample at the rig's fixed projections) and torch.export agree with the eager network, and
+    the package drives from numpy alone."""
+    from envs.driving import DrivingEnv
+    from policy.export import main
+
+    env_cfg = {**ENV, "camera_history": 1}
+    env = DrivingEnv({**env_cfg, "render_backend": "cpu"}, scenarios=str(suite))
+    obs, _ = env.reset(seed=0)
+    frames = [obs]
+    for k in range(3):
+        obs, *_ = env.step(np.array([30 + k, 20]))
+        frames.append(obs)
+    space, spec = env.observation_space, env.action_spec
+    env.close()
+    assert space["cameras"].shape == (6, 16, 32, 3)  # the rig's 3 cameras now and one step ago
+    real = {key: np.stack([f[key] for f in frames]) for key in space.spaces}
+    lift = {**POLICY, "camera_encoder": "lift", "bev_cells": 8, "bev_range_m": 20.0, "lift_channels": 4}
+    lift["bev_channels"] = 4
+    torch.manual_seed(3)
+    net = ActorCritic(space, spec, from_dict(PolicyConfig, lift))
+    with torch.no_grad():
+        for p in net.parameters():
+            p.add_(0.2 * torch.randn_like(p))
+    net.update_obs_stats({k: torch.from_numpy(v) for k, v in real.items()})
+    net.eval()
+    config = {"run": "lifted", "store": str(tmp_path), "suite": str(suite), "env": env_cfg, "policy": lift}
+    _commit(tmp_path, net, config, observation_space=space, action_spec=spec, rig=("front3", 32, 16))
+    out = tmp_path / "pkg"
+    assert main(["--policy", f"{tmp_path}/lifted@latest", "--out", str(out), "check_samples=8"]) == 0
+    assert json.loads((out / "policy.json").read_text())["policy_config"]["camera_encoder"] == "lift"
+    eager = resolve_policy_source(f"{tmp_path}/lifted@1").make_actor()
+    for backend in ("onnxruntime", "torch"):
+        pol = load_exported(out, backend=backend)
+        for batch in (_random(space, 16, 4), real):
+            a, b = eager.run(batch), pol.run(batch)
+            assert float(np.abs(a["logits_long"] - b["logits_long"]).max()) <= 1e-4, backend
+            assert float(np.abs(a["values"] - b["values"]).max()) <= 1e-4, backend
+            assert np.array_equal(a["action"], b["action"]), backend
+    # the lift reads the images: other frames, other logits
+    other = {**real, "cameras": real["cameras"][::-1].copy()}
+    assert not np.allclose(eager.run(real)["logits_long"], eager.run(other)["logits_long"])
+    np.savez(tmp_path / "obs.npz", **real)
+    code = textwrap.dedent(
+        f"""
+        import sys
+        import numpy as np
+        from policy import load_exported
+        pol = load_exported({str(out)!r})
+        print(pol.act(dict(np.load({str(tmp_path / "obs.npz")!r}))).tolist())
+        loaded = [m for m in ("torch", "envs", "learner", "policy.network", "policy.lift") if m in sys.modules]
+        assert not loaded, loaded
+        """
+    )
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == load_exported(out).act(real).tolist()

@@ -1,0 +1,178 @@
+"""The lift encoder: image features lifted into the bird's-eye grid through the rig's known geometry.
+
+In the manner of Simple-BEV (Harley et al. 2023): no depth is predicted; every BEV cell is looked up in
+every camera that sees it, at a few heights, and the cameras' features there are averaged. The grid and
+the rig are fixed, so where each (cell, height) lands in each image is computed once (a buffer), and a
+forward pass is a small CNN per image, one ``grid_sample`` and a small CNN on the grid. Shapes
+(B batch, F frames (1, or 2 with ``EnvConfig.camera_history``), C cameras, Z heights, G grid cells a side,
+Cl = ``lift_channels``, Cb = ``bev_channels``, E = ``embed_dim``):
+
+    images uint8 [B, F*C, H, W, 3]                      (now, then k steps ago, each the rig's C cameras)
+      -> normalise -> backbone: conv 5x5 /4, conv 3x3 /2, conv 1x1   -> [B*F*C, Cl, H/8, W/8]
+      -> grid_sample at each camera's projections of the grid points  -> [B, F, C, Cl, Z, G, G]
+      -> mean over the cameras that see the point (others masked out) -> [B, F*Cl*Z, G, G]
+      (+ the ego's speed / 10 and yaw rate, constant over the grid)   -> [B, F*Cl*Z + 2, G, G]
+      -> bev: conv 1x1, conv 3x3, conv 3x3 (ReLU)                     -> [B, Cb, G, G]   (``bev``)
+      -> reduce: conv 3x3 /2, conv 3x3 /2, flatten, linear (ReLU)     -> [B, E]          (``forward``)
+
+Stage perception trains the backbone and ``bev`` with heads on the grid (``learner.perception``); the
+policy reads ``reduce``'s vector, and ``freeze_cameras`` keeps what perception trained (``perceptual``)
+while stages il and rl train ``reduce`` with the planner. Grid rows run along x (forward, from
+``bev_behind_m`` behind the rear axle), columns along y (left), as ``learner.perception.labels.BEVGrid``.
+The grid points are cell centres at heights ``lift_heights`` above the ground (the ego frame's z = 0).
+
+The ego's own motion (speed and yaw rate: the first two features of the ego part in either mode) joins the
+grid: with two frames the network sees how things moved against the ego, and velocities over the ground
+(the labels, and what a planner needs) are that plus the ego's own. Without it (``ego`` None) it is zero.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from sim.camera import CameraRig, make_rig
+
+
+class LiftSettings(Protocol):
+    """What the lift reads of ``policy.network.PolicyConfig`` (named here so the network imports the lift,
+    not the other way round)."""
+
+    @property
+    def lift_rig(self) -> str: ...
+
+    @property
+    def bev_cells(self) -> int: ...
+
+    @property
+    def bev_range_m(self) -> float: ...
+
+    @property
+    def bev_behind_m(self) -> float: ...
+
+    @property
+    def lift_heights(self) -> tuple[float, ...]: ...
+
+    @property
+    def lift_channels(self) -> int: ...
+
+    @property
+    def bev_channels(self) -> int: ...
+
+    @property
+    def embed_dim(self) -> int: ...
+
+    @property
+    def image_mean(self) -> tuple[float, float, float]: ...
+
+    @property
+    def image_std(self) -> tuple[float, float, float]: ...
+
+
+MIN_DEPTH_M = 0.3  # points closer to a camera than this (or behind it) are not looked up in it
+EGO_SCALE = (0.1, 1.0)  # the ego's speed (m/s) and yaw rate (rad/s) as grid channels: about unit scale
+
+
+def grid_points(cells: int, range_m: float, behind_m: float, heights) -> np.ndarray:
+    """[Z, G, G, 3] ego-frame points: cell centres (x along rows, y along columns) at each height."""
+    c = (np.arange(cells) + 0.5) * (range_m / cells)
+    x, y = c - behind_m, c - 0.5 * range_m
+    X, Y = np.meshgrid(x, y, indexing="ij")
+    return np.stack([np.stack([X, Y, np.full_like(X, float(z))], -1) for z in heights])
+
+
+def projections(rig: CameraRig, points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where ego-frame points [..., 3] land in each camera: (grid [C, N, 2] in ``grid_sample``'s
+    normalised coordinates, align_corners=False; valid [C, N] bool: in front of the camera by
+    ``MIN_DEPTH_M`` and inside the image), N = the points flattened."""
+    p = np.concatenate([points.reshape(-1, 3), np.ones((points.size // 3, 1))], axis=1)  # [N, 4]
+    grids, valid = [], []
+    for cam in rig.cameras:
+        q = (np.linalg.inv(cam.ego_T_cam) @ p.T).T  # camera frame (OpenCV: x right, y down, z forward)
+        z = q[:, 2]
+        zs = np.where(z > MIN_DEPTH_M, z, 1.0)
+        u = cam.fx * q[:, 0] / zs + cam.cx  # pixels, the image's left edge at 0
+        v = cam.fy * q[:, 1] / zs + cam.cy
+        gx, gy = 2.0 * u / cam.width - 1.0, 2.0 * v / cam.height - 1.0
+        ok = (z > MIN_DEPTH_M) & (np.abs(gx) <= 1.0) & (np.abs(gy) <= 1.0)
+        grids.append(np.where(ok[:, None], np.stack([gx, gy], 1), -2.0))  # outside: zeros padding
+        valid.append(ok)
+    return np.stack(grids).astype(np.float32), np.stack(valid)
+
+
+def _conv(c_in: int, c_out: int, k: int, stride: int = 1) -> nn.Sequential:
+    conv = nn.Conv2d(c_in, c_out, k, stride=stride, padding=k // 2)
+    nn.init.kaiming_normal_(conv.weight, nonlinearity="relu")
+    nn.init.zeros_(conv.bias)  # type: ignore[arg-type]  # Conv2d(bias=True) has one
+    return nn.Sequential(conv, nn.ReLU())
+
+
+class LiftEncoder(nn.Module):
+    """cameras uint8 [B, F*C, H, W, 3] -> BEV features [B, Cb, G, G] (``bev``) -> [B, E] (``forward``)."""
+
+    img_mean: torch.Tensor
+    img_std: torch.Tensor
+    sample_grid: torch.Tensor
+    weight: torch.Tensor
+
+    def __init__(self, n_images: int, height: int, width: int, cfg: LiftSettings):
+        super().__init__()
+        rig = make_rig(cfg.lift_rig, width, height)
+        C = len(rig)
+        if n_images not in (C, 2 * C):
+            raise ValueError(
+                f"policy.camera_encoder=lift: the observation has {n_images} images, but policy.lift_rig="
+                f"{cfg.lift_rig!r} has {C} cameras (C now, or 2C with env.camera_history > 0): set policy.lift_rig "
+                "to the env's rig"
+            )
+        self.cameras, self.frames = C, n_images // C
+        self.cells, Z = cfg.bev_cells, len(cfg.lift_heights)
+        self.register_buffer("img_mean", torch.tensor(cfg.image_mean).view(1, 3, 1, 1))
+        self.register_buffer("img_std", torch.tensor(cfg.image_std).view(1, 3, 1, 1))
+        Cl, Cb = cfg.lift_channels, cfg.bev_channels
+        self.backbone = nn.Sequential(_conv(3, 16, 5, 4), _conv(16, 32, 3, 2), _conv(32, Cl, 1))
+        grid, valid = projections(rig, grid_points(self.cells, cfg.bev_range_m, cfg.bev_behind_m, cfg.lift_heights))
+        # derived from the rig and the grid, so not saved (a checkpoint loads only into the same rig and grid)
+        self.register_buffer("sample_grid", torch.from_numpy(grid)[:, None], persistent=False)  # [C, 1, N, 2]
+        w = valid.astype(np.float32)
+        w = w / np.maximum(w.sum(0, keepdims=True), 1.0)  # the mean over the cameras that see a point
+        self.register_buffer("weight", torch.from_numpy(w).view(C, 1, Z, self.cells, self.cells), persistent=False)
+        self.bev_net = nn.Sequential(
+            _conv(self.frames * Cl * Z + len(EGO_SCALE), Cb, 1), _conv(Cb, Cb, 3), _conv(Cb, Cb, 3)
+        )
+        G4 = -(-self.cells // 4)
+        self.reduce = nn.Sequential(
+            _conv(Cb, 2 * Cb, 3, 2), _conv(2 * Cb, 2 * Cb, 3, 2), nn.Flatten(),
+            nn.Linear(2 * Cb * G4 * G4, cfg.embed_dim), nn.ReLU(),
+        )  # fmt: skip
+        self.bev_channels = Cb
+
+    def perceptual(self) -> list[nn.Parameter]:
+        """The parameters stage perception trains (the backbone and the grid's CNN; not ``reduce``)."""
+        return [*self.backbone.parameters(), *self.bev_net.parameters()]
+
+    def bev(self, images: torch.Tensor, ego: torch.Tensor | None = None) -> torch.Tensor:
+        """[B, F*C, H, W, 3] uint8 (and the ego part [B, >= 2]: speed, yaw rate first) -> [B, Cb, G, G]."""
+        if images.dtype != torch.uint8:
+            raise TypeError(f"LiftEncoder: obs['cameras'] must be uint8 [B, F*C, H, W, 3], got dtype {images.dtype}")
+        B, FC, H, W, _ = images.shape
+        x = images.reshape(B * FC, H, W, 3).permute(0, 3, 1, 2).float()
+        x = x.mul_(1.0 / (255.0 * self.img_std)).sub_(self.img_mean / self.img_std)
+        f = self.backbone(x)  # [B*F*C, Cl, h, w]
+        Cl = f.shape[1]
+        grid = self.sample_grid.repeat(B * self.frames, 1, 1, 1)  # [B*F*C, 1, N, 2]
+        s = F.grid_sample(f, grid, mode="bilinear", padding_mode="zeros", align_corners=False)  # [B*F*C, Cl, 1, N]
+        G = self.cells
+        s = s.view(B * self.frames, self.cameras, Cl, -1, G, G)  # [B*F, C, Cl, Z, G, G]
+        s = (s * self.weight).sum(1).reshape(B, -1, G, G)  # [B, F*Cl*Z, G, G]
+        motion = torch.zeros(B, len(EGO_SCALE), dtype=s.dtype, device=s.device)
+        if ego is not None:
+            motion = ego[:, : len(EGO_SCALE)].to(s.dtype) * torch.tensor(EGO_SCALE, dtype=s.dtype, device=s.device)
+        return self.bev_net(torch.cat([s, motion[:, :, None, None].expand(B, -1, G, G)], 1))
+
+    def forward(self, images: torch.Tensor, ego: torch.Tensor | None = None) -> torch.Tensor:
+        return self.reduce(self.bev(images, ego))

@@ -1,0 +1,106 @@
+"""The lift encoder: where the grid's points land in the rig's images (against the pinhole model written out
+by hand and the perception stage's visible cells), that a cell's features come from the pixels it projects to,
+the frames of ``env.camera_history``, what ``freeze_cameras`` keeps, and the grid checks of the configs."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from learner.config import TrainConfig
+from learner.perception.heads import PerceptionNet
+from learner.perception.labels import BEVGrid, visible_cells
+from policy.lift import LiftEncoder, grid_points, projections
+from policy.network import CAMERA_PARTS, ActorCritic, PolicyConfig, example_observation_space
+from scenarios.actions import ActionSpec
+from sim.camera import make_rig
+from sim.configs import from_dict
+
+LIFT = PolicyConfig(camera_encoder="lift", embed_dim=32, hidden_dim=64)
+
+
+def test_a_point_straight_ahead_lands_in_the_front_cameras_centre_column():
+    rig = make_rig("front3", 128, 64)
+    f = 0.5 * 128 / math.tan(math.radians(35.0))  # 70 degrees across 128 pixels
+    # the front camera sits at (1.6, 0, 1.55) looking along +x, pitched 2 degrees down: a point ahead at its
+    # height is in its centre column, f tan(2 deg) pixels above the centre row
+    grid, valid = projections(rig, np.array([[11.6, 0.0, 1.55]]))
+    assert valid[0, 0] and np.isclose(grid[0, 0, 0], 0.0, atol=1e-6)
+    assert np.isclose(grid[0, 0, 1], -f * math.tan(math.radians(2.0)) / 32.0, atol=2e-3)
+    # 1 m to the left at 10 m depth: u = cx - f * 1 / 10 pixels (x right in the image is -y in the ego frame)
+    grid, _ = projections(rig, np.array([[11.6, 1.0, 1.55]]))
+    assert np.isclose(grid[0, 0, 0], 2.0 * (64.0 - f * 0.1) / 128 - 1.0, atol=2e-3)
+    # behind the rig: no camera sees it
+    _, valid = projections(rig, np.array([[-5.0, 0.0, 0.5]]))
+    assert not valid[:, 0].any()
+
+
+def test_ground_points_seen_are_the_perception_stages_visible_cells():
+    rig = make_rig("front3", 128, 64)
+    g = BEVGrid(32, 40.0, 4.0)
+    _, valid = projections(rig, grid_points(32, 40.0, 4.0, [0.0]))
+    seen = valid.any(0).reshape(32, 32)
+    vis = visible_cells(g, rig)
+    # visible_cells asks only for the image's columns; the lift also for its rows (the ground beneath a
+    # camera's lower edge is not in its image): every lifted cell is visible, and most visible ones lifted
+    assert not (seen & ~vis).any() and seen.sum() >= 0.8 * vis.sum()
+
+
+def test_a_cells_feature_comes_from_the_pixels_it_projects_to():
+    """Bright pixels around one grid point's projection in the front camera light up that cell (and cells
+    along its ray), never the cells behind the ego or ones no camera sees there."""
+    torch.manual_seed(0)
+    cfg = PolicyConfig(camera_encoder="lift", lift_heights=(0.85,), embed_dim=32)
+    enc = LiftEncoder(3, 64, 128, cfg)
+    with torch.no_grad():  # a backbone that passes brightness through: every channel = mean of the pixels
+        for m in enc.backbone.modules():
+            if isinstance(m, torch.nn.Conv2d):
+                m.weight.fill_(1.0 / (m.weight[0].numel()))
+                m.bias.zero_()
+        enc.bev_net = torch.nn.Identity()  # bev() then returns the lifted grid itself
+    i, j = 20, 16  # the cell 20 rows ahead (x = 21.6 m), in the middle column (y = 0.6 m)
+    p = grid_points(32, 40.0, 4.0, [0.85])[0, i, j]
+    grid, valid = projections(make_rig("front3", 128, 64), p[None])
+    assert valid[0, 0]
+    u, v = (grid[0, 0] + 1.0) * np.array([128, 64]) / 2.0
+    img = torch.zeros(1, 3, 64, 128, 3, dtype=torch.uint8)
+    img[0, 0, int(v) - 8 : int(v) + 8, int(u) - 8 : int(u) + 8] = 255
+    dark = torch.zeros_like(img)
+    with torch.no_grad():
+        diff = (enc.bev(img)[0].mean(0) - enc.bev(dark)[0].mean(0)).numpy()  # [G, G]
+    assert diff[i, j] > 0.1
+    assert diff[:4].max() <= 1e-6  # behind the rear axle: nothing
+
+
+def test_two_frames_and_the_frozen_part():
+    space = example_observation_space(6, 64, 128, CAMERA_PARTS)  # front3, now and k steps earlier
+    net = ActorCritic(space, ActionSpec(), LIFT)
+    enc = net.encoders["cameras"]
+    assert isinstance(enc, LiftEncoder) and enc.frames == 2 and enc.cameras == 3
+    obs = {k: torch.as_tensor(np.asarray(v.sample()))[None] for k, v in space.spaces.items()}
+    out = net(obs)
+    assert out.action.shape == (1, 2)
+    frozen = net.freeze_cameras()
+    assert frozen == sum(p.numel() for p in enc.perceptual()) > 0
+    assert all(p.requires_grad for p in enc.reduce.parameters())  # the policy still learns to read the grid
+    with pytest.raises(ValueError, match="lift_rig"):
+        ActorCritic(example_observation_space(4, 64, 128, CAMERA_PARTS), ActionSpec(), LIFT)
+
+
+def test_perception_heads_read_the_lifted_grid_and_the_grids_must_agree():
+    net = PerceptionNet(3, 64, 128, LIFT, 32)
+    out = net(torch.zeros(2, 3, 64, 128, 3, dtype=torch.uint8))
+    assert out.shape == (2, 5, 32, 32)
+    with pytest.raises(ValueError, match="bev_cells"):
+        PerceptionNet(3, 64, 128, LIFT, 16)
+    follows = from_dict(
+        TrainConfig, {"policy": {"camera_encoder": "lift"}, "perception": {"range_m": 30.0, "cells": 16}}
+    )
+    assert (follows.policy.bev_cells, follows.policy.bev_range_m) == (16, 30.0)  # the lift's grid is perception's
+    with pytest.raises(ValueError, match="perception grid"):
+        from_dict(TrainConfig, {"policy": {"camera_encoder": "lift", "bev_cells": 16}, "perception": {"cells": 32}})
+    with pytest.raises(ValueError, match="camera_encoder"):
+        PolicyConfig(camera_encoder="depth")
