@@ -53,14 +53,14 @@ def bench(suite: str = "train", frames: int = 32, steps: int = 64, threads: int 
         out["cache_render"] = dict(frames=len(cache), seconds=round(dt, 2), frames_per_s=round(len(cache) / dt, 2))
         net = build_net(cache, PolicyConfig(), cfg)
         opt = torch.optim.Adam(net.parameters(), lr=1e-3)
-        tensors = {k: torch.from_numpy(cache.arrays[k]) for k in ("cameras", *LABEL_KEYS)}
+        tensors = {k: torch.from_numpy(cache.arrays[k]) for k in ("cameras", "ego", *LABEL_KEYS)}
         vis, pw = torch.from_numpy(cache.visible), positive_weights(cache)
         bs = min(32, len(cache))
         times = []
         for i in range(4):
             t0 = time.perf_counter()
             batch = {k: v[:bs] for k, v in tensors.items()}
-            loss, _ = perception_loss(net(batch["cameras"]), batch, vis, pw, 0.1)
+            loss, _ = perception_loss(net(batch["cameras"], batch["ego"]), batch, vis, pw, 0.1)
             opt.zero_grad()
             loss.backward()
             opt.step()

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from envs.config import EnvConfig
+from envs.demos import expert_motion
 from envs.driving import DrivingEnv, rgb_to_uint8
 from learner.config import PerceptionConfig
 from learner.perception.labels import LABEL_KEYS, LANE_CENTRE_M, BEVGrid, bev_labels, grid_of, visible_cells
@@ -35,18 +36,19 @@ from sim.seeding import derive_seed
 log = logging.getLogger(__name__)
 
 # 2: lane segments cropped by their distance to the ego, not by their vertices; 3: frames drawn evenly over
-# the clips (perception.frames), pose jitter seeded by derive_seed
-CACHE_VERSION = 3
+# the clips (perception.frames), pose jitter seeded by derive_seed; 5: the ego's speed and yaw rate per frame
+CACHE_VERSION = 5
 GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0  # clip k's steps start at frac(k * GOLDEN) of a stride: phases spread evenly
 RENDER_BATCH = 8  # frames per render call while building a cache
 
 
-def frame_pose(data, t: int, jitter_m: float, jitter_deg: float, seed: int) -> np.ndarray:
+def frame_pose(data, t: int, jitter_m: float, jitter_deg: float, seed: int, at: int | None = None) -> np.ndarray:
     """(x, y, yaw) of a frame: the expert's pose at step t moved sideways (along its left normal) by
     U(-jitter_m, jitter_m) m and turned by U(-jitter_deg, jitter_deg) degrees, drawn from a generator
     seeded with ``derive_seed(seed, clip, t)`` (clip: the first 4 bytes of the sha256 of the clip's id) so a
-    shard renders the same frames again, in any process."""
-    p = data.expert_poses[t]
+    shard renders the same frames again, in any process. ``at``: the same offset from the expert's pose at
+    step ``at`` instead (a frame's earlier images, ``EnvConfig.camera_history``)."""
+    p = data.expert_poses[t if at is None else at]
     x, y, yaw = float(p[0]), float(p[1]), float(p[3])
     clip = int.from_bytes(hashlib.sha256(str(data.id).encode()).digest()[:4], "little")
     rng = np.random.default_rng(derive_seed(seed, clip, t))
@@ -58,7 +60,8 @@ def frame_pose(data, t: int, jitter_m: float, jitter_deg: float, seed: int) -> n
 class FrameCache:
     """Rendered frames and their labels, in memory, from a folder of checksummed ``.npz`` shards.
 
-    ``arrays``: cameras uint8 [N, C, H, W, 3], occupancy / drivable / lane uint8 [N, G, G], velocity
+    ``arrays``: cameras uint8 [N, C, H, W, 3] ([N, 2C, ...] with ``camera_history``), ego float32 [N, 2] (the
+    expert's speed and yaw rate, ``envs.demos.expert_motion``), occupancy / drivable / lane uint8 [N, G, G], velocity
     float32 [N, 2, G, G], kind int64 [N] (index into ``kinds``), scenario int64 [N] (index into
     ``scenario_ids``), step int64 [N]. ``visible`` bool [G, G] (the rig's view). ``rendered``: frames
     rendered by this call (0 when everything came from disk); ``folder``: where the shards are.
@@ -102,8 +105,8 @@ class FrameCache:
         env = DrivingEnv(env_dict, scenarios=source)
         pool, grid = env.pool, grid_of(cfg)
         plan = _frame_plan(env, every, frames)
-        C, H, W = len(env.rig), env.rig.height, env.rig.width
-        per_frame = C * H * W * 3 + 3 * grid.cells**2 + 8 * grid.cells**2 + 24
+        C, H, W = len(env.rig) * (2 if env.config.camera_history else 1), env.rig.height, env.rig.width
+        per_frame = C * H * W * 3 + 3 * grid.cells**2 + 8 * grid.cells**2 + 32
         cap = int(cfg.cache_mb * 2**20 // per_frame)
         if len(plan) > cap:  # evenly spaced over the plan: every clip and kind keeps its share
             keep = np.unique(np.linspace(0, len(plan) - 1, max(cap, 1)).round().astype(int))
@@ -220,6 +223,7 @@ def _fingerprint(pool, env_cfg: EnvConfig, cfg: PerceptionConfig, sampling, seed
         horizon=env_cfg.horizon,
         frames=len(plan),
         lane_centre=LANE_CENTRE_M,
+        **({"history": env_cfg.camera_history} if env_cfg.camera_history else {}),
     )
     h.update(json.dumps(what, sort_keys=True).encode())
     h.update(json.dumps(plan).encode())
@@ -257,15 +261,24 @@ def _load_shard(path: Path, entry: Mapping[str, Any]) -> dict[str, np.ndarray] |
 
 
 def _render_shard(env: DrivingEnv, chunk, grid: BEVGrid, cfg: PerceptionConfig, seed: int, kinds) -> dict:
-    rows: dict[str, list] = {k: [] for k in (*LABEL_KEYS, "cameras", "kind", "scenario", "step")}
+    """The frames of ``chunk`` ((clip, step) each) and their labels; with ``camera_history`` k, each frame's
+    images are the rig's now and k steps earlier (the same offset from the expert's pose then), as the env
+    stacks them."""
+    rows: dict[str, list] = {k: [] for k in (*LABEL_KEYS, "cameras", "ego", "kind", "scenario", "step")}
+    history = env.config.camera_history
     for start in range(0, len(chunk), RENDER_BATCH):
         reqs = []
         for k, t in chunk[start : start + RENDER_BATCH]:
             d = env.pool.data(k)
             pose = frame_pose(d, t, cfg.jitter_m, cfg.jitter_deg, seed)
             reqs.append(env.view_request(k, t, *pose))
+            if history:
+                past = max(t - history, 0)
+                reqs.append(env.view_request(k, past, *frame_pose(d, t, cfg.jitter_m, cfg.jitter_deg, seed, at=past)))
             for key, v in bev_labels(d, t, pose, grid).items():
                 rows[key].append(v)
+            m = expert_motion(d, t)  # the ego part's first two features, as the demonstrations have them
+            rows["ego"].append((float(m["state"][3]), float(m["yaw_rate"])))
             rows["kind"].append(kinds.index(str(d.scenario.kind or "unknown")))
             rows["scenario"].append(k)
             rows["step"].append(t)
@@ -279,9 +292,13 @@ def _render_shard(env: DrivingEnv, chunk, grid: BEVGrid, cfg: PerceptionConfig, 
             backend=env.config.render_backend,
             far_plane=max(f for _, _, f in reqs),
         )
-        rows["cameras"] += list(rgb_to_uint8(out.rgb))
+        images = rgb_to_uint8(out.rgb)  # [S, C, H, W, 3]
+        if history:  # (now, then) pairs -> [S / 2, 2C, H, W, 3]
+            images = images.reshape(-1, 2 * images.shape[1], *images.shape[2:])
+        rows["cameras"] += list(images)
     return {
         "cameras": np.stack(rows["cameras"]),
+        "ego": np.asarray(rows["ego"], np.float32).reshape(-1, 2),
         "occupancy": np.stack(rows["occupancy"]),
         "velocity": np.stack(rows["velocity"]).astype(np.float32),
         "drivable": np.stack(rows["drivable"]),

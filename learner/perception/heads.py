@@ -8,6 +8,7 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
+from policy.lift import LiftEncoder
 from policy.network import CameraEncoder, PolicyConfig, layer_init
 
 CHANNELS = ("occupancy", "vx", "vy", "drivable", "lane")  # the decoder's output channels
@@ -37,15 +38,48 @@ class BEVDecoder(nn.Module):
         return self.up(x)
 
 
+class GridHeads(nn.Module):
+    """The lift encoder's BEV features [B, Cb, G, G] -> BEV maps [B, 5, G, G] (``CHANNELS``): a 3x3
+    convolution and a 1x1 output convolution, cell by cell on the grid the encoder lifted into."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Conv2d(channels, 2 * channels, 3, padding=1), nn.ReLU(), nn.Conv2d(2 * channels, len(CHANNELS), 1)
+        )
+
+    def forward(self, bev: torch.Tensor) -> torch.Tensor:
+        return self.net(bev)
+
+
 class PerceptionNet(nn.Module):
-    """The policy's camera encoder with BEV heads. cameras uint8 [B, C, H, W, 3] -> [B, 5, G, G]."""
+    """The policy's camera encoder with BEV heads. cameras uint8 [B, C, H, W, 3] -> [B, 5, G, G].
+
+    With ``policy.camera_encoder=flat`` the heads decode the encoder's fused vector (``BEVDecoder``); with
+    ``lift`` they read the grid the encoder lifted the images into (``GridHeads``), which must be the
+    perception grid (``cells``)."""
 
     def __init__(self, n_cams: int, height: int, width: int, policy_cfg: PolicyConfig, cells: int):
         super().__init__()
-        self.encoder = CameraEncoder(n_cams, height, width, policy_cfg)
-        self.decoder = BEVDecoder(policy_cfg.embed_dim, cells)
+        self.lift = policy_cfg.camera_encoder == "lift"
+        self.encoder: nn.Module
+        self.decoder: nn.Module
+        if self.lift:
+            if policy_cfg.bev_cells != cells:
+                raise ValueError(
+                    f"perception.cells={cells} but policy.bev_cells={policy_cfg.bev_cells}: the lift encoder's grid "
+                    "is the perception grid (set both, and range_m / bev_range_m, behind_m / bev_behind_m, alike)"
+                )
+            self.encoder = LiftEncoder(n_cams, height, width, policy_cfg)
+            self.decoder = GridHeads(policy_cfg.bev_channels)
+        else:
+            self.encoder = CameraEncoder(n_cams, height, width, policy_cfg)
+            self.decoder = BEVDecoder(policy_cfg.embed_dim, cells)
 
-    def forward(self, cameras: torch.Tensor) -> torch.Tensor:
+    def forward(self, cameras: torch.Tensor, ego: torch.Tensor | None = None) -> torch.Tensor:
+        """ego: [B, >= 2] the ego's speed and yaw rate (the lift encoder reads them; the flat one does not)."""
+        if isinstance(self.encoder, LiftEncoder):
+            return self.decoder(self.encoder.bev(cameras, ego))
         return self.decoder(self.encoder(cameras))
 
     def encoder_weights(self) -> dict[str, torch.Tensor]:

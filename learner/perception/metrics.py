@@ -26,12 +26,14 @@ def _iou(pred: np.ndarray, true: np.ndarray) -> float:
 
 
 @torch.no_grad()
-def predict(net: PerceptionNet, cameras: np.ndarray, batch: int = 64) -> np.ndarray:
-    """[N, 5, G, G] float32: sigmoid probabilities (occupancy, drivable, lane) and velocities (m/s)."""
+def predict(net: PerceptionNet, cameras: np.ndarray, batch: int = 64, ego: np.ndarray | None = None) -> np.ndarray:
+    """[N, 5, G, G] float32: sigmoid probabilities (occupancy, drivable, lane) and velocities (m/s).
+    ego: [N, 2] the ego's speed and yaw rate (the cache's ``ego``), or None."""
     net.eval()
     outs = []
     for i in range(0, len(cameras), batch):
-        o = net(torch.from_numpy(np.ascontiguousarray(cameras[i : i + batch])))
+        e = None if ego is None else torch.from_numpy(np.ascontiguousarray(ego[i : i + batch]))
+        o = net(torch.from_numpy(np.ascontiguousarray(cameras[i : i + batch])), e)
         o[:, [0, 3, 4]] = torch.sigmoid(o[:, [0, 3, 4]])
         outs.append(o.numpy())
     return np.concatenate(outs) if outs else np.zeros((0, len(CHANNELS), 1, 1), np.float32)
@@ -66,7 +68,7 @@ def evaluate_perception(net: PerceptionNet, val: FrameCache, train: FrameCache |
     """Metrics on ``val`` overall (``all``) and per kind (``by_kind``), each with the train prior's IoUs
     beside (``prior_*``) when ``train`` is given."""
     a = val.arrays
-    pred = predict(net, a["cameras"])
+    pred = predict(net, a["cameras"], ego=a.get("ego"))
     prior = prior_prediction(train, len(pred)) if train is not None else None
 
     def block(idx: np.ndarray) -> dict:

@@ -80,7 +80,7 @@ def train_perception(
         say(f"perception: resuming at epoch {start}/{cfg.epochs} from {run_store.uri}@{ck.version}")
     pos_weight = positive_weights(train)
     visible = torch.from_numpy(train.visible)
-    tensors = {k: torch.from_numpy(train.arrays[k]) for k in ("cameras", *LABEL_KEYS)}
+    tensors = {k: torch.from_numpy(train.arrays[k]) for k in ("cameras", "ego", *LABEL_KEYS)}
     n = len(train)
     seen, busy = 0, 0.0
     for epoch in range(start, cfg.epochs):
@@ -93,7 +93,7 @@ def train_perception(
         for i in range(0, n, cfg.batch_size):
             idx = perm[i : i + cfg.batch_size]
             batch = {k: v[idx] for k, v in tensors.items()}
-            out = net(batch["cameras"])
+            out = net(batch["cameras"], batch["ego"])
             loss, terms = perception_loss(out, batch, visible, pos_weight, cfg.velocity_weight)
             opt.zero_grad(set_to_none=True)
             loss.backward()
