@@ -6,6 +6,7 @@ PPO+IL in about ten minutes on two cores. ``python -m learner.train --help`` lis
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from envs.config import EnvConfig
@@ -107,6 +108,14 @@ class ILConfig:
         "imitation data (also for the IL rounds of stage rl), then dagger_iterations IL iterations",
     )
     dagger_steps: int = field(2048, help="env-steps the policy drives (and the expert labels) per DAgger round")
+    teacher: str = field(
+        "reactive",
+        help="who labels DAgger's (and stage distill's) visited states: 'reactive' (the reactive expert's action) or "
+        "a privileged policy SOURCE (a checkpoint, <store>/<run>[@version], as python -m evaluation takes): its "
+        "action distribution, read from the privileged observation of each visited state (the student learns the "
+        "distribution: cross-entropy to its longitudinal probabilities and its lateral ones given its likeliest "
+        "longitudinal bin)",
+    )
     dagger_iterations: int = field(20, help="IL iterations on the aggregated data after each DAgger round")
     dagger_max: int = field(200_000, help="most labelled visited states kept (the oldest go first)")
 
@@ -155,13 +164,13 @@ class PerceptionConfig:
     """Stage perception (RAD's stage 1, ``learner.perception``): the camera encoder and BEV heads learn
     to see the agents and the map from the images, labelled by the digital twin's ground truth."""
 
-    epochs: int = field(20, help="passes over the training frames")
+    epochs: int = field(8, help="passes over the training frames")
     batch_size: int = field(32, help="frames per minibatch")
     lr: float = field(1e-3, help="Adam learning rate")
     frames: int = field(
-        2016,
+        20160,
         help="training frames, drawn evenly over the training clips (each clip its share, at steps spread over its "
-        "horizon; built-in train: 1,008 clips x 2)",
+        "horizon; built-in train: 1,008 clips x 20)",
     )
     every: int = field(0, help="N > 0: a training frame every N steps of each training clip instead (frames ignored)")
     val_every: int = field(16, help="a metrics frame every N steps of each eval.suite clip")
@@ -171,10 +180,15 @@ class PerceptionConfig:
     cells: int = field(32, help="BEV grid side in cells (a multiple of 4)")
     range_m: float = field(40.0, help="BEV grid side in metres")
     behind_m: float = field(4.0, help="the grid starts this far behind the rear axle (m)")
-    velocity_weight: float = field(0.5, help="weight of the velocity L1 loss (m/s) beside the BCE losses")
-    cache_mb: float = field(512.0, help="size cap of each frame cache (train, val) in MB: fewer frames beyond it")
+    velocity_weight: float = field(0.1, help="weight of the velocity L1 loss (m/s) beside the BCE losses")
+    cache_mb: float = field(4096.0, help="size cap of each frame cache (train, val) in MB: fewer frames beyond it")
     shard_frames: int = field(128, help="frames per cache shard (.npz, sha256-checked)")
     freeze: bool = field(True, help="stages il and rl keep the image encoder that stage perception trained frozen")
+    run: str = field(
+        "",
+        help="the store run that holds this stage's checkpoints ('': <run>-perception); runs naming the same one "
+        "share it (a finished stage is loaded, not trained again: a study's seeds and arms train perception once)",
+    )
 
     def __post_init__(self):
         for name in ("epochs", "batch_size", "frames", "val_every", "cells", "shard_frames"):
@@ -233,7 +247,11 @@ class TrackingConfig:
 
 
 STAGES = ("perception", "il", "rl")  # RAD's three, in their order
-STAGE_CHOICES = ("perception+il+rl", "perception+il", "perception", "il+rl", "il", "rl")
+STAGE_CHOICES = (
+    "perception+il+rl", "perception+il", "perception", "il+rl", "il", "rl",
+    "perception+distill+rl", "perception+distill", "distill+rl", "distill",
+)  # fmt: skip
+DISTILL_ROUNDS = 6  # stage distill's DAgger rounds when il.dagger_rounds is left 0
 
 
 @dataclass(frozen=True)
@@ -244,7 +262,10 @@ class TrainConfig:
         help="RAD's stages, one run: 'perception' (the camera encoder and BEV heads learn agents and the map from "
         "the images, labelled by the twin's ground truth; learner.perception), 'il' (planning pre-training: the "
         "planner imitates the expert, the perception encoder frozen), 'rl' (PPO+IL, perception frozen; alone it "
-        "starts from init_from); joined in order: perception+il+rl, perception+il, il+rl",
+        "starts from init_from); joined in order: perception+il+rl, perception+il, il+rl. 'distill' (in il's place: "
+        "perception+distill+rl, perception+distill, distill+rl, distill) is stage il whose DAgger rounds "
+        f"(il.dagger_rounds, {DISTILL_ROUNDS} when left 0) are labelled by il.teacher: the camera policy drives, the "
+        "privileged teacher labels every state it visits with its action distribution, the student imitates it",
     )
     init_from: str = field("", help="stage rl: IL checkpoint to start from (a run name in the store, or run@version)")
     suite: str = field("train", help="training scenarios: a built-in suite (train, val, test), a folder or a file")
@@ -257,8 +278,16 @@ class TrainConfig:
     )
     ray_address: str = field("", help="Ray cluster to join ('' : RAY_ADDRESS or a local instance)")
     ray_num_cpus: int = field(0, help="CPUs of the local Ray instance (0: all)")
-    env: EnvConfig = field(EnvConfig(), help="the environment (envs.EnvConfig), e.g. env.cameras=false")
-    policy: PolicyConfig = field(PolicyConfig(), help="the network (policy.network.PolicyConfig)")
+    env: EnvConfig = field(
+        EnvConfig(camera_history=3),
+        help="the environment (envs.EnvConfig), e.g. env.cameras=false; training's default stacks the images of "
+        "0.3 s ago after the current ones (env.camera_history=3) so the lift encoder sees motion",
+    )
+    policy: PolicyConfig = field(
+        PolicyConfig(camera_encoder="lift"),
+        help="the network (policy.network.PolicyConfig); training's default camera encoder lifts image features "
+        "into the bird's-eye grid (policy.camera_encoder=lift; 'flat' is the earlier one)",
+    )
     rollout: RolloutConfig = field(RolloutConfig(), help="rollout actors")
     ppo: PPOConfig = field(PPOConfig(), help="PPO")
     il: ILConfig = field(ILConfig(), help="imitation")
@@ -271,17 +300,44 @@ class TrainConfig:
         coerce_fields(self, "TrainConfig")  # sections given as mappings (TrainConfig(env={...})) become typed
         if self.stage not in STAGE_CHOICES:
             raise ValueError(f"stage must be one of {', '.join(STAGE_CHOICES)}, got {self.stage!r}")
+        if "distill" in self.stage.split("+"):
+            if self.il.dagger_rounds == 0:
+                object.__setattr__(self, "il", dataclasses.replace(self.il, dagger_rounds=DISTILL_ROUNDS))
+            if self.env.observation != "camera":
+                raise ValueError(
+                    f"stage={self.stage}: distillation trains a camera student, but env.observation="
+                    f"{self.env.observation!r}"
+                )
         if "perception" in self.stages and not self.env.cameras:
             raise ValueError(f"stage={self.stage}: stage perception learns from the cameras, but env.cameras=false")
         if self.iterations < 0:
             raise ValueError(f"iterations: expected >= 0, got {self.iterations}")
+        pol, per = self.policy, self.perception
+        grid, want = (pol.bev_cells, pol.bev_range_m, pol.bev_behind_m), (per.cells, per.range_m, per.behind_m)
+        default = PolicyConfig()
+        if pol.camera_encoder == "lift" and grid != want:
+            if grid != (default.bev_cells, default.bev_range_m, default.bev_behind_m):
+                raise ValueError(
+                    f"policy.camera_encoder=lift lifts into the perception grid: policy.bev_cells/bev_range_m/"
+                    f"bev_behind_m {grid} must equal perception.cells/range_m/behind_m {want} (or be left alone: "
+                    "they then follow perception's)"
+                )
+            pol = dataclasses.replace(pol, bev_cells=per.cells, bev_range_m=per.range_m, bev_behind_m=per.behind_m)
+            object.__setattr__(self, "policy", pol)  # the lift's grid left as it was follows the perception grid
+        if pol.camera_encoder == "lift" and self.env.rig not in (None, pol.lift_rig):
+            raise ValueError(
+                f"policy.lift_rig={pol.lift_rig!r} must be env.rig={self.env.rig!r} (the geometry it lifts with)"
+            )
         check_resources("learner_resources", self.learner_resources)
         if not 0 <= self.seed < 2**31:  # numpy's global seed takes [0, 2**32); actors add offsets to it
             raise ValueError(f"seed must be an int in [0, 2**31), got {self.seed}")
         if self.run:
             check_name("run", self.run)  # one path segment: out/<run> and the store's <run>/ stay inside
+        if self.perception.run:
+            check_name("perception.run", self.perception.run)
 
     @property
     def stages(self) -> tuple[str, ...]:
-        """The stages this run goes through, in order (``stage`` split at '+')."""
-        return tuple(self.stage.split("+"))
+        """The stages this run goes through, in order (``stage`` split at '+'; distill is stage il, its DAgger
+        rounds labelled by ``il.teacher``)."""
+        return tuple("il" if s == "distill" else s for s in self.stage.split("+"))

@@ -3,7 +3,8 @@
 **DAgger** (Ross, Gordon, Bagnell 2011): imitation on the expert's own states alone leaves the policy
 untrained on the states its own mistakes lead to (covariate shift). Each round, the policy drives
 (the rollout group, its sampled actions), the reactive expert (``rollout.teachers.reactive_labels``, a
-pure function of what is observable at each state) labels every state it visits, and the labelled
+pure function of what is observable at each state) or a privileged policy (``rollout.teachers.PolicyTeacher``,
+stage distill: its action distribution) labels every state it visits, and the labelled
 states join the imitation data: :func:`collect` gathers one round, :func:`aggregate` keeps at most
 ``cap`` of them (the oldest go first), and :func:`to_bytes` / :func:`from_bytes` put them in a
 checkpoint (``dagger.safetensors``) so a resumed run keeps what it aggregated.
@@ -20,6 +21,7 @@ from collections.abc import Mapping
 import torch
 
 from learner.learner import Demos
+from rollout.episodes import Extra
 from rollout.fragment import stack_time
 from rollout.group import RolloutGroup
 from rollout.teachers import reactive_labels
@@ -28,20 +30,27 @@ from store import bytes_to_tensors, tensors_to_bytes
 LABEL = "teacher"  # the extra's name in fragments
 
 
-def collect(group: RolloutGroup, steps: int, T: int, timeout_s: float | None = None) -> tuple[Demos, dict]:
-    """At least ``steps`` states visited by the policy the group holds (sampled actions), each labelled with the
-    reactive expert's bins: (Demos [N, ...], stats). Rounds of one fragment [T, B] per actor."""
+def collect(
+    group: RolloutGroup, steps: int, T: int, timeout_s: float | None = None, teacher: Extra = reactive_labels
+) -> tuple[Demos, dict]:
+    """At least ``steps`` states visited by the policy the group holds (sampled actions), each labelled by
+    ``teacher`` (``rollout.teachers``: the reactive expert's bins, or a privileged policy's bins and action
+    distribution): (Demos [N, ...], stats). Rounds of one fragment [T, B] per actor."""
     obs: dict[str, list[torch.Tensor]] = {}
     labels: list[torch.Tensor] = []
+    soft: list[torch.Tensor] = []
     n = 0
     agree = 0.0
     episodes = []
     while n < steps:
-        frags = group.sample(T, timeout_s=timeout_s, extras={LABEL: reactive_labels})
+        frags = group.sample(T, timeout_s=timeout_s, extras={LABEL: teacher})
         batch = stack_time(frags)
         for k, v in batch.obs.items():
             obs.setdefault(k, []).append(v.reshape(-1, *v.shape[2:]))
-        lab = batch.extras[LABEL].reshape(-1, 2).long()
+        value = batch.extras[LABEL].reshape(batch.env_steps, -1)
+        lab = value[:, :2].round().long()
+        if value.shape[1] > 2:  # a policy teacher: bins, n_long, then its distributions (rollout.teachers)
+            soft.append(value[:, 2:].float())
         labels.append(lab)
         agree += float((batch.actions.reshape(-1, 2) == lab).all(1).float().sum())
         n += batch.env_steps
@@ -52,7 +61,12 @@ def collect(group: RolloutGroup, steps: int, T: int, timeout_s: float | None = N
         "dagger/agreement": agree / max(n, 1),  # the policy's sampled action == the expert's label
         "dagger/failure_rate": sum(1 for e in events if e) / max(len(events), 1),
     }
-    return Demos({k: torch.cat(v) for k, v in obs.items()}, torch.cat(labels)), stats
+    dist = None
+    if soft:
+        q = torch.cat(soft)
+        n_long = int(q[0, 0])
+        dist = (q[:, 1 : 1 + n_long].contiguous(), q[:, 1 + n_long :].contiguous())
+    return Demos({k: torch.cat(v) for k, v in obs.items()}, torch.cat(labels), dist), stats
 
 
 def aggregate(old: Demos | None, new: Demos, cap: int) -> Demos:
@@ -64,12 +78,16 @@ def aggregate(old: Demos | None, new: Demos, cap: int) -> Demos:
 
 
 def to_bytes(d: Demos) -> bytes:
-    return tensors_to_bytes({**{f"obs.{k}": v.contiguous() for k, v in d.obs.items()}, "labels": d.labels})
+    t = {**{f"obs.{k}": v.contiguous() for k, v in d.obs.items()}, "labels": d.labels}
+    if d.soft is not None:
+        t["soft.long"], t["soft.lat"] = d.soft[0].contiguous(), d.soft[1].contiguous()
+    return tensors_to_bytes(t)
 
 
 def from_bytes(data: bytes) -> Demos:
     t = bytes_to_tensors(data)
-    return Demos({k[4:]: v for k, v in t.items() if k.startswith("obs.")}, t["labels"].long())
+    soft = (t["soft.long"].float(), t["soft.lat"].float()) if "soft.long" in t else None
+    return Demos({k[4:]: v for k, v in t.items() if k.startswith("obs.")}, t["labels"].long(), soft)
 
 
 class BestOfLast:

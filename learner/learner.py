@@ -61,11 +61,15 @@ class Demos:
     """Imitation data on the learner's side, as torch tensors: N states with the expert's bins.
 
     Built from ``envs.demos.Demonstrations`` (the expert's own states) by :meth:`of`; labels of other
-    states (a teacher's, on the states a policy visited) join with :meth:`concat`.
+    states (a teacher's, on the states a policy visited) join with :meth:`concat`. A teacher that gives its
+    action distribution (stage distill) fills ``soft``: (longitudinal probabilities [N, n_long], lateral
+    probabilities given the label's longitudinal bin [N, n_lat]); states labelled with bins alone then count
+    as one-hot distributions beside them.
     """
 
     obs: dict[str, torch.Tensor]  # per observation part [N, ...]
     labels: torch.Tensor  # [N, 2] int64 (lateral index, longitudinal index)
+    soft: tuple[torch.Tensor, torch.Tensor] | None = None  # ([N, n_long], [N, n_lat]) float32, or None
 
     def __len__(self) -> int:
         return int(self.labels.shape[0])
@@ -74,14 +78,33 @@ class Demos:
     def of(d: Demonstrations) -> Demos:
         return Demos({k: torch.from_numpy(v) for k, v in d.obs.items()}, torch.from_numpy(d.labels).long())
 
+    def distributions(self, n_long: int, n_lat: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``soft``, or the labels as one-hot distributions."""
+        if self.soft is not None:
+            return self.soft
+        return (
+            torch.nn.functional.one_hot(self.labels[:, 1], n_long).float(),
+            torch.nn.functional.one_hot(self.labels[:, 0], n_lat).float(),
+        )
+
     def concat(self, other: Demos) -> Demos:
         if set(other.obs) != set(self.obs):
             raise ValueError(f"Demos.concat: observation parts differ: {sorted(self.obs)} vs {sorted(other.obs)}")
         obs = {k: torch.cat([self.obs[k], other.obs[k]]) for k in self.obs}
-        return Demos(obs, torch.cat([self.labels, other.labels]))
+        soft = None
+        if self.soft is not None or other.soft is not None:
+            n_long, n_lat = (self.soft or other.soft)[0].shape[1], (self.soft or other.soft)[1].shape[1]  # type: ignore[index]
+            a, b = self.distributions(n_long, n_lat), other.distributions(n_long, n_lat)
+            soft = (torch.cat([a[0], b[0]]), torch.cat([a[1], b[1]]))
+        return Demos(obs, torch.cat([self.labels, other.labels]), soft)
 
     def take(self, idx: torch.Tensor) -> Demos:
-        return Demos({k: v[idx] for k, v in self.obs.items()}, self.labels[idx])
+        soft = None if self.soft is None else (self.soft[0][idx], self.soft[1][idx])
+        return Demos({k: v[idx] for k, v in self.obs.items()}, self.labels[idx], soft)
+
+    def to(self, device) -> Demos:
+        soft = None if self.soft is None else (self.soft[0].to(device), self.soft[1].to(device))
+        return Demos({k: v.to(device) for k, v in self.obs.items()}, self.labels.to(device), soft)
 
 
 @dataclass
@@ -278,7 +301,9 @@ class Learner:
     def _il_terms(self, demo: Demos) -> dict[str, torch.Tensor]:
         labels = demo.labels
         logits_long, logits_lat = self.policy.logits(demo.obs, long_idx=labels[:, 1])
-        return il_loss(logits_long, logits_lat, labels[:, 0], labels[:, 1], focal_gamma=self.s.il.focal_gamma)
+        return il_loss(
+            logits_long, logits_lat, labels[:, 0], labels[:, 1], focal_gamma=self.s.il.focal_gamma, soft=demo.soft
+        )
 
     # -- updates -----------------------------------------------------------------------------------
     def advantages(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -351,8 +376,7 @@ class Learner:
 
     def _demo_batch(self, demos: Demos) -> Demos:
         idx = torch.randint(0, len(demos), (self.s.il.batch_size,), generator=self.gen)
-        d = demos.take(self._shard(idx))
-        return Demos({k: v.to(self.device) for k, v in d.obs.items()}, d.labels.to(self.device))
+        return demos.take(self._shard(idx)).to(self.device)
 
     def merge_obs_stats(self, demos: Demos) -> None:
         """Merge the demonstrations' observations into the policy's running statistics.

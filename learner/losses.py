@@ -156,6 +156,7 @@ def il_loss(
     expert_long: torch.Tensor,
     *,
     focal_gamma: float,
+    soft: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> dict[str, torch.Tensor]:
     """Imitation loss on the expert's bins (RAD's IL regularisation), with teacher forcing.
 
@@ -167,6 +168,11 @@ def il_loss(
     Per head, with p_t the predicted probability of the expert bin:
         L = mean( -(1 - p_t)^focal_gamma * log p_t )        (plain cross-entropy when focal_gamma = 0)
     loss = L_lat + L_long.
+
+    soft: a teacher's distributions instead (distillation): (longitudinal [N, n_long], lateral given
+    ``expert_long`` [N, n_lat]), each row summing to 1; per head L = mean( -sum_k q_k log p_k ), the
+    cross-entropy to the teacher's distribution (its KL divergence plus the teacher's entropy; focal_gamma
+    is not applied). One-hot rows give the plain cross-entropy of the bins.
     """
     for name, logits, target in (
         ("logits_long", logits_long, expert_long),
@@ -184,8 +190,18 @@ def il_loss(
             return -logp_t.mean()
         return (-((1.0 - logp_t.exp()) ** focal_gamma) * logp_t).mean()
 
-    l_lat = focal_ce(logits_lat_given_expert_long, expert_lat)
-    l_long = focal_ce(logits_long, expert_long)
+    def soft_ce(logits: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        if q.shape != logits.shape:
+            raise ValueError(f"il_loss: soft targets {tuple(q.shape)} do not match logits {tuple(logits.shape)}")
+        logp = torch.log_softmax(logits.float(), dim=-1)
+        return -(q.float() * logp.clamp_min(-1e4)).sum(-1).mean()  # masked bins: q = 0 there, logp ~ -1e9
+
+    if soft is not None:
+        l_lat = soft_ce(logits_lat_given_expert_long, soft[1])
+        l_long = soft_ce(logits_long, soft[0])
+    else:
+        l_lat = focal_ce(logits_lat_given_expert_long, expert_lat)
+        l_long = focal_ce(logits_long, expert_long)
     with torch.no_grad():
         acc_lat = (logits_lat_given_expert_long.argmax(-1) == expert_lat).float().mean()
         acc_long = (logits_long.argmax(-1) == expert_long).float().mean()

@@ -26,9 +26,10 @@ from learner.learner import Demos
 from learner.perception import lease_owner, metrics_table, perception_run_name, run_stage, with_encoder
 from learner.tracking import Tracker
 from policy.network import ActorCritic
-from rollout.episodes import run_episodes
+from rollout.episodes import Extra, run_episodes
 from rollout.fragment import stack_time
 from rollout.group import RolloutGroup
+from rollout.teachers import make_teacher
 from rollout.worker import to_torch
 from scenarios.builtin import is_builtin_spec, parse_spec
 from sim.configs import to_dict
@@ -55,6 +56,7 @@ class Stages:
     make_policy: Callable[[], ActorCritic]
     demos_skipped: dict[str, str]
     quarantined: dict[str, str]
+    _teacher: Extra | None = None  # il.teacher, made on the first DAgger round
     scenario_failures: int
     side_leases: list
     perception: dict | None
@@ -139,7 +141,7 @@ class Stages:
         the store run ``<run>-perception``, resumed there), metrics on ``eval.suite``'s frames; the
         encoder then goes into the policy, and the run's checkpoint marks the stage done."""
         cfg = self.cfg
-        rs = self.store.run(perception_run_name(self.name))
+        rs = self.store.run(cfg.perception.run or perception_run_name(self.name))
         lease = rs.acquire(lease_owner())  # its own lease (pruning old epochs needs one), kept fresh with ours
         self.side_leases.append(lease)
         try:
@@ -203,13 +205,17 @@ class Stages:
         return demos.concat(self.dagger_data)
 
     def dagger_round(self, state: ckpt_io.TrainState, demos: Demos) -> None:
-        """One DAgger round (``learner.dagger``): the policy drives ``il.dagger_steps`` env-steps, the reactive
-        expert labels every state it visits, the labels join the data, then ``il.dagger_iterations`` IL
-        iterations on the expert's states and all the labelled ones."""
+        """One DAgger round (``learner.dagger``): the policy drives ``il.dagger_steps`` env-steps, ``il.teacher``
+        (the reactive expert, or a privileged policy: stage distill) labels every state it visits, the labels join
+        the data, then ``il.dagger_iterations`` IL iterations on the expert's states and all the labelled ones."""
         cfg, il = self.cfg, self.cfg.il
         t0 = time.perf_counter()
         self.rollout_group.set_weights(state.version, self.learner_group.weights())
-        new, m = dagger.collect(self.rollout_group, il.dagger_steps, cfg.rollout.fragment_length, cfg.rollout.timeout_s)
+        if self._teacher is None:
+            self._teacher = make_teacher(il.teacher)  # resolved once: a policy teacher's checkpoint is verified here
+        new, m = dagger.collect(
+            self.rollout_group, il.dagger_steps, cfg.rollout.fragment_length, cfg.rollout.timeout_s, self._teacher
+        )
         self.learner_group.merge_obs_stats(new)  # the visited states join the statistics once, as demos did
         self.dagger_data = dagger.aggregate(self.dagger_data, new, il.dagger_max)
         data = self.imitation_data(demos)

@@ -51,7 +51,7 @@ from evaluation.evaluate import EvaluateConfig
 from evaluation.evaluate import run as run_evaluation
 from evaluation.metrics import clip_values, rad_metrics
 from evaluation.stats import mcnemar, paired_difference, seed_interval
-from learner.config import EvalConfig, ILConfig, PerceptionConfig, StoreConfig, TrainConfig
+from learner.config import EvalConfig, ILConfig, StoreConfig, TrainConfig
 from learner.study_report import PAIRED, SUMMARY, plot, report_md
 from learner.train import il_snapshot_name, train
 from policy.sources import redact_tree
@@ -65,7 +65,10 @@ log = logging.getLogger("learner.study")
 STAGES = ("il", "rl+il")  # every seed's two runs' policies; with dagger=true also "dagger", "dagger+rl+il"
 LEARNED = ("il", "rl+il", "dagger", "dagger+rl+il")
 # paired comparisons beside RL+IL - IL, when both were driven: (b, a) for b - a
-MORE_PAIRS = (("dagger+rl+il", "dagger"), ("dagger", "il"), ("dagger+rl+il", "rl+il"), ("rl+il", "reactive"))
+MORE_PAIRS = (
+    ("dagger+rl+il", "dagger"), ("dagger", "il"), ("dagger+rl+il", "rl+il"), ("rl+il", "reactive"),
+    ("dagger+rl+il", "il"), ("rl+il", "lane-follow"), ("dagger", "lane-follow"), ("dagger+rl+il", "lane-follow"),
+)  # fmt: skip
 
 # The study's budget, sized so that the whole study (3 seeds x three stages in camera mode, the teacher,
 # the ablations, every evaluation) runs in about an hour on 2 CPU cores (the README has the measured wall
@@ -75,7 +78,6 @@ MORE_PAIRS = (("dagger+rl+il", "dagger"), ("dagger", "il"), ("dagger+rl+il", "rl
 # iterations for the learning curve. A longer RL stage is one setting
 # (``train.iterations=400``: 102,400 env-steps, about 4x the RL time).
 STUDY_TRAIN = TrainConfig(  # only what differs from TrainConfig's own defaults (stage perception+il+rl, ...)
-    perception=PerceptionConfig(epochs=30),
     iterations=100,
     store=StoreConfig(checkpoint_every=50),
     il=ILConfig(pretrain_iterations=60),
@@ -115,6 +117,18 @@ class StudyConfig:
         "DAgger and DAgger -> RL+IL beside IL and IL -> RL+IL",
     )
     dagger_rounds: int = field(10, help="DAgger rounds of the DAgger arm when train.il.dagger_rounds is 0")
+    dagger_teacher: str = field(
+        "reactive",
+        help="who labels the DAgger arm's states: 'reactive' (the reactive expert), 'teacher' (the seed's privileged "
+        "teacher, trained first; needs teacher=true) or a privileged policy SOURCE. In camera mode the arm is stage "
+        "distill: the camera student drives, the teacher labels (its action distribution, for a policy teacher)",
+    )
+    share_perception: bool = field(
+        True,
+        help="stage perception trained once (by the first seed's run, store run <name>-perception) and loaded by "
+        "every seed and arm: the seeds then vary the planner, not the encoder (20k frames x epochs is most of an "
+        "hour on 2 cores)",
+    )
     baselines: tuple[str, ...] = field(
         (), help="baselines driven beside each seed's policies, paired clip by clip (e.g. reactive, lane-follow)"
     )
@@ -122,6 +136,8 @@ class StudyConfig:
     def __post_init__(self):
         if self.seeds < 1 or self.first_seed < 0:
             raise ValueError(f"seeds >= 1 and first_seed >= 0 are required, got {self.seeds}, {self.first_seed}")
+        if self.dagger_teacher == "teacher" and not self.teacher:
+            raise ValueError("dagger_teacher=teacher: the seed's privileged teacher labels the arm, but teacher=false")
         if self.train.stage not in ("il+rl", "perception+il+rl"):
             raise ValueError(
                 f"train.stage: the study trains IL, then RL+IL from it (il+rl or perception+il+rl), got "
@@ -133,7 +149,11 @@ def seed_run(cfg: StudyConfig, seed: int) -> TrainConfig:
     """The training config of one seed: its tracking files in ``<out>/runs/``, or with the run in the
     store when ``out`` is a store URI."""
     tracking = dataclasses.replace(cfg.train.tracking, out="" if is_uri(cfg.out) else str(Path(cfg.out) / "runs"))
-    return dataclasses.replace(cfg.train, run=f"{cfg.name}-s{seed}", seed=seed, tracking=tracking)
+    perception = cfg.train.perception
+    if cfg.share_perception and not perception.run:
+        perception = dataclasses.replace(perception, run=f"{cfg.name}-perception")
+    run = f"{cfg.name}-s{seed}"
+    return dataclasses.replace(cfg.train, run=run, seed=seed, tracking=tracking, perception=perception)
 
 
 def teacher_run(cfg: StudyConfig, seed: int) -> TrainConfig:
@@ -144,10 +164,18 @@ def teacher_run(cfg: StudyConfig, seed: int) -> TrainConfig:
 
 
 def dagger_run(cfg: StudyConfig, seed: int) -> TrainConfig:
-    """The seed's DAgger arm: its run, with DAgger rounds at the end of stage il."""
+    """The seed's DAgger arm: its run, with DAgger rounds at the end of stage il, labelled by
+    ``cfg.dagger_teacher``; in camera mode that is stage distill (a camera student, a privileged teacher)."""
     tcfg = seed_run(cfg, seed)
     il = tcfg.il if tcfg.il.dagger_rounds else dataclasses.replace(tcfg.il, dagger_rounds=cfg.dagger_rounds)
-    return dataclasses.replace(tcfg, run=f"{tcfg.run}-dagger", il=il)
+    teacher = cfg.dagger_teacher
+    if teacher == "teacher":
+        teacher = policy_specs(teacher_run(cfg, seed))["rl+il"]
+    il = dataclasses.replace(il, teacher=teacher)
+    stage = tcfg.stage
+    if tcfg.env.observation == "camera":
+        stage = stage.replace("il", "distill")
+    return dataclasses.replace(tcfg, run=f"{tcfg.run}-dagger", il=il, stage=stage)
 
 
 def policy_specs(tcfg: TrainConfig, il: str = "il", rl: str = "rl+il") -> dict[str, str]:
@@ -395,11 +423,12 @@ def aggregate(seeds: list[dict]) -> dict:
     }
 
 
-def verdict(agg: dict, pair: dict, more: dict | None = None) -> dict:
+def verdict(agg: dict, pair: dict, more: dict | None = None, camera: dict | None = None) -> dict:
     """The targets, checked. RL+IL against IL: CR down with the paired interval excluding 0 and to <= 0.4x
     (RAD's stage 2), RC >= 0.95 IL's, DR no worse. With DAgger: DAgger -> RL+IL no worse than DAgger (the
     paired driving-score interval does not lie below 0). With ``reactive`` driven: the best learned policy (by
-    mean driving score) has success >= 0.85 and a CR within 0.05 of reactive's."""
+    mean driving score) has success >= 0.85 and a CR within 0.05 of reactive's. With ``camera`` (a camera
+    study): :func:`camera_checks`."""
     il, rl = agg["il"], agg["rl+il"]
     cr = pair["collision"]
     checks: dict = {
@@ -415,7 +444,46 @@ def verdict(agg: dict, pair: dict, more: dict | None = None) -> dict:
     if "reactive" in agg:
         checks["best_success_85pct"] = bool(agg[best]["success_rate"]["mean"] >= 0.85)
         checks["best_cr_within_005_of_reactive"] = bool(agg[best]["CR"]["mean"] <= agg["reactive"]["CR"]["mean"] + 0.05)
+    if camera is not None:
+        checks.update(camera_checks(agg, more or {}, camera, best))
     return {"met": all(checks.values()), "best": best, **checks}
+
+
+def camera_checks(agg: dict, more: dict, camera: dict, best: str) -> dict:
+    """The camera study's targets (issue 24): the distilled student's driving score >= 0.9 x its teacher's
+    (``camera['teacher_ds']``); an RL stage cutting CR to <= 0.5 x camera IL's with the paired interval excluding
+    0; the best learned policy above lane-follow on driving score, interval excluding 0; blanked cameras raising
+    the CR, interval excluding 0 (``camera['images']``: the images section)."""
+    out: dict = {}
+    if "dagger" in agg and camera.get("teacher_ds") is not None:
+        out["student_ds_90pct_of_teacher"] = bool(agg["dagger"]["DS"]["mean"] >= 0.9 * camera["teacher_ds"])
+    cuts = []
+    for rl, base in (("dagger+rl+il", "il"), ("rl+il", "il")):
+        key = f"{rl} - {base}"
+        if rl in agg and key in more:
+            cuts.append(agg[rl]["CR"]["mean"] <= 0.5 * agg["il"]["CR"]["mean"] and more[key]["collision"]["hi"] < 0)
+    if cuts:
+        out["rl_cr_at_most_half_of_camera_il"] = bool(any(cuts))
+    lane = more.get(f"{best} - lane-follow")
+    if lane is not None:
+        out["beats_lane_follow"] = bool(lane["DS"]["lo"] > 0)
+    blank = (camera.get("images") or {}).get("cameras blanked", {}).get("paired", {}).get("collision")
+    if blank is not None:
+        out["blank_raises_cr"] = bool(blank["lo"] > 0)
+    return out
+
+
+def camera_targets(cfg: StudyConfig, agg: dict, imgs: dict) -> dict | None:
+    """What :func:`camera_checks` needs, for a camera study (None otherwise): the distill teacher's driving score
+    (reactive's when it labelled and was driven, else the privileged teacher's) and the images section."""
+    if cfg.train.env.observation != "camera" or not cfg.train.env.cameras:
+        return None
+    teacher_ds = None
+    if cfg.dagger_teacher == "reactive" and "reactive" in agg:
+        teacher_ds = agg["reactive"]["DS"]["mean"]
+    elif cfg.dagger_teacher == "teacher" and TEACHER in imgs:
+        teacher_ds = imgs[TEACHER]["metrics"]["DS"]["mean"]
+    return {"teacher_ds": teacher_ds, "images": imgs}
 
 
 # -- the whole study -------------------------------------------------------------------------------
@@ -435,6 +503,8 @@ def run(cfg: StudyConfig) -> dict:
     for seed in range(cfg.first_seed, cfg.first_seed + cfg.seeds):
         tcfg = seed_run(cfg, seed)
         log.info("study %s: seed %d (run %s)", cfg.name, seed, tcfg.run)
+        if cfg.dagger and cfg.dagger_teacher == "teacher":  # the arm's teacher first (images_seed finds it trained)
+            train_seed(dataclasses.replace(teacher_run(cfg, seed), tracking=tcfg.tracking))
         trained = train_seed(tcfg)
         dagger_trained = train_seed(dagger_run(cfg, seed)) if cfg.dagger else None
         ev = evaluate_seed(local, tcfg, seed)
@@ -451,14 +521,15 @@ def run(cfg: StudyConfig) -> dict:
     agg = aggregate(seeds)
     pair = paired(seeds)
     more = {f"{b} - {a}": paired(seeds, b, a) for b, a in MORE_PAIRS if b in agg and a in agg}
+    imgs = images(seeds)
     study = {
         "config": redact_tree(to_dict(cfg)),  # a store URI's credentials as ***
         "seeds": seeds,
         "aggregate": agg,
         "paired": pair,
         "paired_more": more,
-        "verdict": verdict(agg, pair, more),
-        "images": images(seeds),
+        "verdict": verdict(agg, pair, more, camera_targets(cfg, agg, imgs)),
+        "images": imgs,
         "wall_seconds": time.perf_counter() - t0,
     }
     study = json_safe(study)  # a dict in, a dict out

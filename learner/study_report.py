@@ -22,8 +22,8 @@ PAIRED = (("collision", "CR"), ("RC", "RC"), ("DS", "driving score"))
 NAMES = {
     "il": "IL (expert states)",
     "rl+il": "IL -> RL+IL",
-    "dagger": "DAgger",
-    "dagger+rl+il": "DAgger -> RL+IL",
+    "dagger": "DAgger / distill",
+    "dagger+rl+il": "DAgger / distill -> RL+IL",
 }
 
 
@@ -76,6 +76,12 @@ def _target_lines(v: dict) -> list[str]:
         "best_success_85pct": "the best learned policy's success >= 0.85",
         "best_cr_within_005_of_reactive": "the best learned policy's CR within 0.05 of reactive's",
         "dagger_rl_no_worse": "DAgger -> RL+IL no worse than DAgger (paired driving score not lower, significantly)",
+        "student_ds_90pct_of_teacher": "the camera student's (distill) driving score >= 0.9 x its teacher's",
+        "rl_cr_at_most_half_of_camera_il": "distill -> RL+IL or IL -> RL+IL cuts CR to <= 0.5 x camera IL's, the "
+        "paired interval excluding 0",
+        "beats_lane_follow": "the best learned policy beats lane-follow on driving score, the paired interval "
+        "excluding 0",
+        "blank_raises_cr": "blanked cameras raise the CR, the paired interval excluding 0",
     }
     lines = ["", "## Target", ""]
     for k, text in words.items():

@@ -96,7 +96,8 @@ def test_round_trip_to_dict_from_dict_gives_an_equal_config():
 
 def test_config_changes_names_each_dotted_key():
     before = to_dict(TrainConfig(iterations=2))
-    after = to_dict(TrainConfig(iterations=4, policy=PolicyConfig(embed_dim=16), store=StoreConfig(keep_last=5)))
+    policy = dataclasses.replace(TrainConfig().policy, embed_dim=16)
+    after = to_dict(TrainConfig(iterations=4, policy=policy, store=StoreConfig(keep_last=5)))
     assert config_changes(before, after) == [
         "iterations: 2 -> 4",
         "policy.embed_dim: 128 -> 16",
