@@ -43,6 +43,11 @@ class LearnerBenchConfig:
     fragment_length: int = field(32, help="steps per fragment")
     rounds: int = field(3, help="sampling rounds / iterations measured per case (after one warm-up)")
     epochs: int = field(4, help="PPO epochs in the learner case")
+    frozen: bool = field(
+        True,
+        help="the learner and loop cases as RAD's stage 3 runs them: the camera encoder stage perception trained "
+        "frozen (false: the whole encoder trains, as stage rl from scratch)",
+    )
     privileged: bool = field(True, help="also measure the privileged teacher's loop (in process and on Ray)")
     privileged_only: bool = field(False, help="measure only the privileged teacher's loop")
     privileged_envs: int = field(16, help="privileged loop: envs stepped together (split over the Ray actors)")
@@ -102,7 +107,7 @@ def bench_learner_and_loop(cfg: LearnerBenchConfig) -> tuple[dict, dict]:
             "store": "/tmp/splatdrive-bench-store",
             "tracking": {"out": "/tmp/splatdrive-bench-out", "tensorboard": False},
             "suite": cfg.suite,
-            "stage": "rl",
+            "stage": "perception+il+rl" if cfg.frozen else "rl",  # built only: stage rl's loop, encoder frozen or not
             "rollout": {"num_actors": 2, "envs_per_actor": cfg.envs_per_actor, "fragment_length": cfg.fragment_length},
             "ppo": {"epochs": cfg.epochs},
         },

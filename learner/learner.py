@@ -23,7 +23,7 @@ import torch
 from envs.demos import Demonstrations
 from learner.config import ILConfig, PPOConfig
 from learner.losses import directional_aux_loss, il_loss, normalize_advantages, ppo_loss
-from policy.network import ActorCritic
+from policy.network import BEV_KEY, ActorCritic
 from rollout.fragment import Batch
 from rollout.gae import gae
 
@@ -334,6 +334,9 @@ class Learner:
             {k: _flat(v) for k, v in batch.obs.items()}, _flat(batch.actions), _flat(batch.logp),
             _flat(batch.values).float(), _flat(adv), _flat(ret), _flat(batch.aux_flags),
         ).to(self.device)  # fmt: skip
+        grid = self.policy.frozen_grid(flat.obs)  # a frozen lift's grid: once per batch, not per minibatch
+        if grid is not None:
+            flat.obs[BEV_KEY] = grid
         N = flat.actions.shape[0]
         mb_size = max(self.world_size, math.ceil(N / p.minibatches))
         sums: dict[str, float] = {}

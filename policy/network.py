@@ -67,6 +67,7 @@ VECTOR_PARTS = ("ego", "navigation", "limits", "route")  # running-normalised, f
 RAW_PARTS = ("command",)  # one-hot: MLP without normalisation
 MASK_KEYS = {"agents": "agents_mask", "map": "map_mask"}
 TOKEN_PARTS = ("agents", "map")
+BEV_KEY = "cameras_bev"  # learner-side only: a frozen lift's grid of obs["cameras"], see ActorCritic.frozen_grid
 CRITICS = ("separate", "detached", "shared")
 
 
@@ -429,7 +430,10 @@ class ActorCritic(nn.Module):
                 feats.append(camera)
             elif key == "cameras":
                 enc = encoders[key]
-                feats.append(enc(x, obs.get("ego")) if isinstance(enc, LiftEncoder) else enc(x))
+                if isinstance(enc, LiftEncoder) and BEV_KEY in obs:  # the frozen grid, computed once per batch
+                    feats.append(enc.reduce(obs[BEV_KEY]))
+                else:
+                    feats.append(enc(x, obs.get("ego")) if isinstance(enc, LiftEncoder) else enc(x))
             elif key in RAW_PARTS:
                 feats.append(encoders[key](x.float()))
             elif key in TOKEN_PARTS:
@@ -468,6 +472,21 @@ class ActorCritic(nn.Module):
         for p in params:
             p.requires_grad_(False)
         return sum(p.numel() for p in params)
+
+    @torch.no_grad()
+    def frozen_grid(self, obs: dict[str, torch.Tensor], chunk: int = 256) -> torch.Tensor | None:
+        """The lift's BEV grid [B, Cb, G, G] of a batch when its perception is frozen (it cannot change during
+        an update, so the learner computes it once per batch instead of once per minibatch and epoch, and
+        passes it as ``obs[BEV_KEY]``); None for any other camera encoder, or one still training."""
+        enc = self.encoders["cameras"] if "cameras" in self.encoders else None
+        if not isinstance(enc, LiftEncoder) or any(p.requires_grad for p in enc.perceptual()):
+            return None
+        cams, ego = obs["cameras"], obs.get("ego")
+        parts = [
+            enc.bev(cams[i : i + chunk], None if ego is None else ego[i : i + chunk])
+            for i in range(0, cams.shape[0], chunk)
+        ]
+        return torch.cat(parts) if parts else None
 
     @torch.no_grad()
     def update_obs_stats(self, obs: dict[str, torch.Tensor]) -> None:

@@ -14,7 +14,7 @@ from learner.config import TrainConfig
 from learner.perception.heads import PerceptionNet
 from learner.perception.labels import BEVGrid, visible_cells
 from policy.lift import LiftEncoder, grid_points, projections
-from policy.network import CAMERA_PARTS, ActorCritic, PolicyConfig, example_observation_space
+from policy.network import CAMERA_PARTS, ActorCritic, PolicyConfig, example_observation_space, random_obs
 from scenarios.actions import ActionSpec
 from sim.camera import make_rig
 from sim.configs import from_dict
@@ -104,3 +104,28 @@ def test_perception_heads_read_the_lifted_grid_and_the_grids_must_agree():
         from_dict(TrainConfig, {"policy": {"camera_encoder": "lift", "bev_cells": 16}, "perception": {"cells": 32}})
     with pytest.raises(ValueError, match="camera_encoder"):
         PolicyConfig(camera_encoder="depth")
+
+
+def test_a_frozen_lift_grid_computed_once_gives_the_same_outputs_and_gradients():
+    """The learner computes a frozen lift's BEV grid once per batch (obs[BEV_KEY]); the network's outputs
+    and the gradients of what still trains are those of the full forward."""
+    from policy.network import BEV_KEY
+
+    torch.manual_seed(0)
+    space = example_observation_space(6, 32, 64, CAMERA_PARTS)  # front3, now and one step earlier
+    net = ActorCritic(space, ActionSpec(), PolicyConfig(camera_encoder="lift", embed_dim=32, bev_cells=8))
+    obs = random_obs(space, 5, generator=torch.Generator().manual_seed(1))
+    assert net.frozen_grid(obs) is None  # perception still training: nothing may be cached
+    net.freeze_cameras()
+    grid = net.frozen_grid(obs, chunk=2)  # in chunks, as the learner does on a big batch
+    assert grid is not None and grid.shape == (5, 16, 8, 8) and not grid.requires_grad
+    actions = torch.zeros(5, 2, dtype=torch.int64)
+    outs = []
+    for o in (obs, {**obs, BEV_KEY: grid}):
+        net.zero_grad()
+        out = net.evaluate_actions(o, actions)
+        (out.log_prob.sum() + out.values.sum()).backward()
+        reduce_grad = net.encoders["cameras"].reduce[-2].weight.grad.clone()
+        outs.append((out.log_prob.detach(), out.values.detach(), reduce_grad))
+    for a, b in zip(*outs, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
