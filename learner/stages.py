@@ -141,7 +141,7 @@ class Stages:
         the store run ``<run>-perception``, resumed there), metrics on ``eval.suite``'s frames; the
         encoder then goes into the policy, and the run's checkpoint marks the stage done."""
         cfg = self.cfg
-        rs = self.store.run(cfg.perception.run or perception_run_name(self.name))
+        rs = self.store.run(perception_run_name(self.name, cfg.perception.run))
         lease = rs.acquire(lease_owner())  # its own lease (pruning old epochs needs one), kept fresh with ours
         self.side_leases.append(lease)
         try:

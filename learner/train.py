@@ -436,7 +436,7 @@ class Trainer(Stages):
     def _perception_done(self) -> dict | None:
         """A finished stage perception's metrics, read back from its run (a resumed run does not redo it)."""
         try:
-            ck = self.store.run(self.cfg.perception.run or perception_run_name(self.name)).load_latest()
+            ck = self.store.run(perception_run_name(self.name, self.cfg.perception.run)).load_latest()
             meta = json.loads(ck.files["perception.json"]) if ck is not None else None
         except Exception as e:  # only for the summary: the weights are in this run's checkpoint
             log.warning("stage perception's metrics could not be read back: %s", e)

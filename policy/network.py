@@ -268,7 +268,8 @@ class CameraEncoder(nn.Module):
         fused_in = cfg.embed_dim * (n_cams if self.fusion == "concat" else 1)
         self.out = nn.Sequential(layer_init(nn.Linear(fused_in, cfg.embed_dim)), nn.ReLU())
 
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
+    def forward(self, images: torch.Tensor, ego: torch.Tensor | None = None) -> torch.Tensor:
+        """``ego`` is not read (the lift reads it): every camera encoder is called alike."""
         if images.dtype != torch.uint8:
             raise TypeError(f"ActorCritic: obs['cameras'] must be uint8 [B, C, H, W, 3], got dtype {images.dtype}")
         B, C, H, W, _ = images.shape
@@ -433,7 +434,7 @@ class ActorCritic(nn.Module):
                 if isinstance(enc, LiftEncoder) and BEV_KEY in obs:  # the frozen grid, computed once per batch
                     feats.append(enc.reduce(obs[BEV_KEY]))
                 else:
-                    feats.append(enc(x, obs.get("ego")) if isinstance(enc, LiftEncoder) else enc(x))
+                    feats.append(enc(x, obs.get("ego")))
             elif key in RAW_PARTS:
                 feats.append(encoders[key](x.float()))
             elif key in TOKEN_PARTS:

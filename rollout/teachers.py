@@ -51,9 +51,9 @@ class PolicyTeacher:
 
     def __call__(self, venv: VectorDrivingEnv, obs, infos) -> np.ndarray:
         spec = self.source.action_spec
-        if (spec.n_lat, spec.n_long) != (venv.envs[0].action_spec.n_lat, venv.envs[0].action_spec.n_long):
-            raise ValueError(f"il.teacher: its action bins {spec.n_lat}x{spec.n_long} are not the env's")
-        if self._module is None:
+        if self._module is None:  # first call in this process: the env's bins checked, the network built
+            if (spec.n_lat, spec.n_long) != (venv.envs[0].action_spec.n_lat, venv.envs[0].action_spec.n_long):
+                raise ValueError(f"il.teacher: its action bins {spec.n_lat}x{spec.n_long} are not the env's")
             self._module = ExportPolicy(self.source.build_policy()).eval()
         rows = [env.observe_as("privileged", self.parts) for env in venv.envs]
         want = self.source.obs_space.spaces

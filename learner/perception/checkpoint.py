@@ -39,9 +39,10 @@ STATE_FILE, OPT_FILE, OPT_TREE_FILE, META_FILE = (
 )
 
 
-def perception_run_name(run: str) -> str:
-    """The store run that holds a training run's perception checkpoints."""
-    return f"{run}-perception"
+def perception_run_name(run: str, shared: str = "") -> str:
+    """The store run that holds a training run's perception checkpoints: ``shared`` (``perception.run``, a run
+    several training runs load) when given, else ``<run>-perception``."""
+    return shared or f"{run}-perception"
 
 
 def lease_owner() -> str:

@@ -61,10 +61,9 @@ class PerceptionNet(nn.Module):
 
     def __init__(self, n_cams: int, height: int, width: int, policy_cfg: PolicyConfig, cells: int):
         super().__init__()
-        self.lift = policy_cfg.camera_encoder == "lift"
         self.encoder: nn.Module
         self.decoder: nn.Module
-        if self.lift:
+        if policy_cfg.camera_encoder == "lift":
             if policy_cfg.bev_cells != cells:
                 raise ValueError(
                     f"perception.cells={cells} but policy.bev_cells={policy_cfg.bev_cells}: the lift encoder's grid "
