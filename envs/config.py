@@ -25,6 +25,8 @@ OBSERVATION_MODES = ("camera", "privileged")
 MODE_PARTS = {"camera": ("cameras", "ego", "navigation", "command", "limits"), "privileged": PARTS}
 PART_SWITCH = {"navigation": "route", "command": "route"}  # the switch of a part not named as one
 CAMERA_ABLATIONS = ("none", "blank", "shuffle")
+CRITIC_PARTS = ("ego", "route", "limits", "agents", "map")  # privileged parts an asymmetric critic may read
+CRITIC_PREFIX = "critic_"  # their observation keys: critic_agents, critic_agents_mask, ... (envs.observation)
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,13 @@ class EnvConfig:
         help='Images for ablations (evaluation): "none"; "blank", flat grey (128); "shuffle", another clip\'s '
         "frames (what the rig sees on the expert's pose of another scenario of the pool at the same "
         "step; in a pool of one clip, the same clip half its horizon later).",
+    )
+    critic: tuple[str, ...] = field(
+        (),
+        help="Privileged parts for an asymmetric critic (any of ego, route, limits, agents, map): the state's "
+        "ground truth in privileged mode's shapes, emitted beside the observation under 'critic_<key>' "
+        "(critic_agents, critic_agents_mask, ...). Only the value function reads them (``policy.critic=separate``"
+        "), while training: the policy's actions never depend on them, and evaluation and exports drop them.",
     )
     camera_history: int = field(
         0,
@@ -201,6 +210,10 @@ class EnvConfig:
             bad("static_lift", "a number >= 0 (metres)")
         if self.horizon is not None and (not isinstance(self.horizon, int) or self.horizon < 1):
             bad("horizon", "None or an int >= 1 (steps)")
+        unknown = [p for p in self.critic if p not in CRITIC_PARTS]
+        if unknown or len(set(self.critic)) != len(self.critic):
+            bad("critic", f"distinct parts among {', '.join(CRITIC_PARTS)}")
+        object.__setattr__(self, "critic", tuple(p for p in CRITIC_PARTS if p in self.critic))  # one order
         if not (isinstance(self.camera_history, int) and 0 <= self.camera_history <= 50):
             bad("camera_history", "an int in [0, 50] (steps)")
         if self.resolution is not None:

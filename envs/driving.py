@@ -53,7 +53,7 @@ import torch
 from gymnasium import spaces
 
 from envs.bev import compose_frame
-from envs.config import EnvConfig
+from envs.config import CRITIC_PREFIX, EnvConfig
 from envs.kernels import (
     first_overlap,
     nearest_features,
@@ -179,6 +179,7 @@ class DrivingEnv(gym.Env):
         # camera_history=k: the images of the last k steps, oldest first (the episode's first frame until then)
         self._history: collections.deque = collections.deque(maxlen=max(cfg.camera_history, 1))
         self._nav: RoutePath | None = None  # the route from the map's lanes (navigation, command, route, limits)
+        self._critic_nav: RoutePath | None = None
         self._nav_point = np.empty(2)  # camera mode: the navigation kernel's buffer
         # camera_ablation="shuffle": (ScenarioData, scene, step offset) of the clip whose frames are shown
         self._donor: tuple[Any, Any, int] | None = None
@@ -322,6 +323,7 @@ class DrivingEnv(gym.Env):
         self._last_event = ""
         self._last = (0.0, float(d.start_state[3]) * ANCHOR_HORIZON)  # the anchor that holds the speed
         self._nav = route_path(d.scenario) if self._parts & {"navigation", "command", "route", "limits"} else None
+        self._critic_nav = self._nav  # the critic's route (EnvConfig.critic), made on first use without one
         if cfg.camera_ablation == "shuffle":  # the clip half the pool away; alone, itself half its horizon on
             n = len(self.pool)
             other = self.pool.data((k + n // 2) % n) if n > 1 else d
@@ -475,6 +477,7 @@ class DrivingEnv(gym.Env):
         are the previous images until ``_set_cameras`` gets the new ones from the render call. ``on``, ``mode``,
         ``nav``: other parts, mode and route (``observe_as``)."""
         d, cfg, t = self._loaded, self.config, self._t
+        critic = cfg.critic if on is None else ()  # the asymmetric critic's parts: the config's own view only
         on = self._parts if on is None else on
         mode = cfg.observation if mode is None else mode
         ex, ey, yaw, v = self._state.tolist()
@@ -521,6 +524,11 @@ class DrivingEnv(gym.Env):
             mask = np.zeros(cfg.map_points, np.float32)
             nearest_points(ex, ey, yaw, d.lane_points, cfg.map_radius, feats, mask)
             obs["map"], obs["map_mask"] = feats, mask
+        if critic:
+            if self._critic_nav is None:
+                self._critic_nav = route_path(d.scenario)
+            for key, value in self._observe(frozenset(critic), "privileged", self._critic_nav).items():
+                obs[CRITIC_PREFIX + key] = value
         return obs
 
     def observe_state(

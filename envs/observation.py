@@ -39,6 +39,11 @@ states with the same ego kinematics and surroundings observe the same, whatever 
 The mode picks the part set; the config's part switches only switch parts of it off (``route``
 switches camera mode's navigation and command off; ``agents`` and ``map`` are not in camera mode).
 Camera mode's ego features are privileged's first four, in the same order.
+
+**critic parts** (``EnvConfig.critic``, an asymmetric critic): privileged parts of the same state, in
+privileged mode's shapes, beside the observation under ``critic_<key>`` (critic_agents, critic_agents_mask,
+...). Only the value function reads them while training; the policy's space is the rest
+(:func:`policy_space`), what exports and evaluation give a policy.
 """
 
 from __future__ import annotations
@@ -49,7 +54,7 @@ from typing import NamedTuple
 import numpy as np
 from gymnasium import spaces
 
-from envs.config import MODE_PARTS, EnvConfig
+from envs.config import CRITIC_PREFIX, MODE_PARTS, EnvConfig
 from sim.geometry import clean_polyline, polyline_arclength, polyline_heading
 
 EGO_FEATURES = ("speed", "yaw_rate", "accel", "steer", "last_lateral", "last_longitudinal")
@@ -92,14 +97,31 @@ def observation_space(cfg: EnvConfig, num_cameras: int, width: int, height: int)
     if "map" in on:
         parts["map"] = spaces.Box(-BOUND, BOUND, (cfg.map_points, len(MAP_FEATURES)), f32)
         parts["map_mask"] = spaces.Box(0.0, 1.0, (cfg.map_points,), f32)
+    if cfg.critic:  # the asymmetric critic's privileged parts, in privileged mode's shapes, prefixed
+        priv = observation_space(EnvConfig.from_dict(cfg, observation="privileged", critic=()), 0, 1, 1)
+        want = set(cfg.critic)
+        for key, space in priv.spaces.items():
+            if key in want or key.removesuffix("_mask") in want:
+                parts[CRITIC_PREFIX + key] = space
     return spaces.Dict(parts)
+
+
+def is_critic_key(key: str) -> bool:
+    """A key of the asymmetric critic's privileged parts (``EnvConfig.critic``), not the policy's."""
+    return key.startswith(CRITIC_PREFIX)
+
+
+def policy_space(space: spaces.Dict) -> spaces.Dict:
+    """The observation space less the critic's parts: what the policy reads (exports, evaluation)."""
+    return spaces.Dict({k: v for k, v in space.spaces.items() if not is_critic_key(k)})
 
 
 def observation_mode(space: spaces.Dict) -> str:
     """The mode an observation space belongs to: "privileged" when it holds a privileged part or an ego
     of more than the camera's 4 features (6, or 7 in spaces from before the elapsed fraction was dropped),
-    "camera" otherwise (how spaces recorded before the modes existed are read)."""
-    keys = set(space.spaces)
+    "camera" otherwise (how spaces recorded before the modes existed are read). The critic's parts
+    (``EnvConfig.critic``) are not the policy's and do not count."""
+    keys = {k for k in space.spaces if not is_critic_key(k)}
     if keys & set(PRIVILEGED_KEYS):
         return "privileged"
     ego = space.spaces.get("ego")

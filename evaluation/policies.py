@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from envs.config import EnvConfig
-from envs.observation import observation_space
+from envs.observation import observation_space, policy_space
 from envs.suite import ScenarioPool
 from evaluation.baselines import BASELINES, PARTS, baseline_act
 from policy.sources import resolve_policy_source
@@ -153,7 +153,7 @@ def resolve_policies(specs: Sequence[str], scenarios: Sequence, env: Mapping[str
                     f"observes {env_cfg.observation!r} (env.observation); a policy drives only from the observation "
                     "mode it was trained with. Nothing was run."
                 )
-            problems = observation_mismatch(source.obs_space, env_space, rig)
+            problems = observation_mismatch(policy_space(source.obs_space), env_space, rig)  # no critic parts
             if env_cfg.action_spec != source.action_spec:
                 problems.append(f"action bins: the policy has {source.action_spec}, the env {env_cfg.action_spec}")
             if problems:

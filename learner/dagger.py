@@ -20,6 +20,7 @@ from collections.abc import Mapping
 
 import torch
 
+from envs.observation import is_critic_key
 from learner.learner import Demos
 from rollout.episodes import Extra
 from rollout.fragment import stack_time
@@ -46,7 +47,8 @@ def collect(
         frags = group.sample(T, timeout_s=timeout_s, extras={LABEL: teacher})
         batch = stack_time(frags)
         for k, v in batch.obs.items():
-            obs.setdefault(k, []).append(v.reshape(-1, *v.shape[2:]))
+            if not is_critic_key(k):  # the asymmetric critic's parts: not the policy's, nothing to imitate from
+                obs.setdefault(k, []).append(v.reshape(-1, *v.shape[2:]))
         value = batch.extras[LABEL].reshape(batch.env_steps, -1)
         lab = value[:, :2].round().long()
         if value.shape[1] > 2:  # a policy teacher: bins, n_long, then its distributions (rollout.teachers)

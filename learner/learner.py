@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from envs.demos import Demonstrations
+from envs.observation import is_critic_key
 from learner.config import ILConfig, PPOConfig
 from learner.losses import directional_aux_loss, il_loss, normalize_advantages, ppo_loss
 from policy.network import BEV_KEY, ActorCritic
@@ -76,7 +77,8 @@ class Demos:
 
     @staticmethod
     def of(d: Demonstrations) -> Demos:
-        return Demos({k: torch.from_numpy(v) for k, v in d.obs.items()}, torch.from_numpy(d.labels).long())
+        obs = {k: torch.from_numpy(v) for k, v in d.obs.items() if not is_critic_key(k)}  # the policy's parts
+        return Demos(obs, torch.from_numpy(d.labels).long())
 
     def distributions(self, n_long: int, n_lat: int) -> tuple[torch.Tensor, torch.Tensor]:
         """``soft``, or the labels as one-hot distributions."""

@@ -40,10 +40,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 
 from envs.config import EnvConfig
+from envs.observation import is_critic_key, policy_space
 from policy.exported import FORMAT, FORMAT_VERSION, OUTPUTS, POLICY_JSON, ExportError, load_exported
 from policy.network import ExportPolicy, RunningNorm, random_obs
 from policy.sources import PolicySource, PolicySourceError, resolve_policy_source, space_to_json
@@ -239,6 +241,8 @@ def _normalisation_json(net) -> dict:
     vec = {}
     for key, norm in net.norms.items():
         assert isinstance(norm, RunningNorm)
+        if is_critic_key(key):  # the value function's alone: no input of the package
+            continue
         std = torch.sqrt(norm.var + norm.eps)
         vec[key] = dict(
             formula="clip((x - mean) / sqrt(var + eps), -clip, clip), statistics per feature"
@@ -277,8 +281,14 @@ def _rig_json(rig: dict | None, obs_space) -> dict | None:
     )
 
 
-def _outputs_json(spec) -> list[dict]:
+def _outputs_json(spec, asymmetric: bool = False) -> list[dict]:
     nl, nt = int(spec.n_lat), int(spec.n_long)
+    values = "value estimates: lateral part, longitudinal part"
+    if asymmetric:
+        values = (
+            "NaN: the value function read privileged state while training (an asymmetric critic, "
+            "critic_inputs), which a car does not have; the policy's outputs need only 'inputs'"
+        )
     return [
         dict(name="action", shape=[2], dtype="int64", meaning="deterministic (lateral, longitudinal) bin indices"),
         dict(name="logits_long", shape=[nt], dtype="float32", meaning="longitudinal logits (unmasked)"),
@@ -288,7 +298,7 @@ def _outputs_json(spec) -> list[dict]:
             dtype="float32",
             meaning="lateral logits given each longitudinal bin (row i: given bin i), infeasible pairs at -1e9",
         ),
-        dict(name="values", shape=[2], dtype="float32", meaning="value estimates: lateral part, longitudinal part"),
+        dict(name="values", shape=[2], dtype="float32", meaning=values),
     ]
 
 
@@ -307,7 +317,8 @@ def _write_json(path: Path, obj: dict) -> None:
 def _random_check_obs(src: PolicySource, n: int, seed: int) -> list[dict[str, np.ndarray]]:
     """Random observation batches from the policy's space: one of n, and a batch of 1 (seeded
     ``derive_seed(seed, 0)`` and ``derive_seed(seed, 1)``)."""
-    batches = [_example_obs(src.obs_space, b, derive_seed(seed, i)) for i, b in enumerate((n, 1))]
+    space = policy_space(src.obs_space)
+    batches = [_example_obs(space, b, derive_seed(seed, i)) for i, b in enumerate((n, 1))]
     return [{k: v.numpy() for k, v in obs.items()} for obs in batches]
 
 
@@ -322,7 +333,9 @@ def _compare(eager, other, batches: list[dict[str, np.ndarray]]) -> dict:
         if not np.array_equal(feas, b["logits_lat_all"] > -1e8):
             raise ExportError(f"{other!r}: the lateral mask differs from the eager network's")
         diff_lat = max(diff_lat, float(np.abs(a["logits_lat_all"] - b["logits_lat_all"])[feas].max()))
-        diff_val = max(diff_val, float(np.abs(a["values"] - b["values"]).max()))
+        d_val = np.abs(a["values"] - b["values"])
+        d_val[np.isnan(a["values"]) & np.isnan(b["values"])] = 0.0  # an asymmetric critic's NaN values agree
+        diff_val = max(diff_val, float(d_val.max()))
         agree += int((a["action"] == b["action"]).all(axis=1).sum())
         total += len(a["action"])
     return dict(
@@ -436,7 +449,9 @@ def _write_package(
     net = src.build_policy()
     wrapper = ExportPolicy(net).eval()
     names = [e["name"] for e in src.inputs]
-    example = _example_obs(src.obs_space, 2, seed)  # batch 2: a batch of 1 would be specialised
+    space = policy_space(src.obs_space)  # the policy's inputs; an asymmetric critic's parts stay out
+    critic_space = {k: v for k, v in src.obs_space.spaces.items() if is_critic_key(k)}
+    example = _example_obs(space, 2, seed)  # batch 2: a batch of 1 would be specialised
 
     weights = {k: v.detach().cpu().contiguous() for k, v in src.weights.items()}
     (tmp / WEIGHTS_FILE).write_bytes(save_tensors(weights, metadata={"format": "splatdrive ActorCritic state_dict"}))
@@ -448,8 +463,9 @@ def _write_package(
     pt2_s = time.perf_counter() - t
 
     pcfg = to_dict(net.cfg)  # what the network was built with (a checkpoint's config may predate a field)
+    env_config = {k: v for k, v in src.env_config.items() if k != "critic"}  # what a car's env emits
     try:
-        env_resolved = EnvConfig.from_dict(src.env_config).to_dict()
+        env_resolved = EnvConfig.from_dict(env_config).to_dict()
     except ValueError:
         env_resolved = None
     train = src.train_config or {}
@@ -458,13 +474,13 @@ def _write_package(
         format_version=FORMAT_VERSION,
         exported_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         observation_mode=src.observation_mode,
-        inputs=space_to_json(src.obs_space, describe=True),
+        inputs=space_to_json(space, describe=True),
         batch=dict(dim=0, dynamic=True, note="every input and output has a leading batch dimension B >= 1"),
-        outputs=_outputs_json(src.action_spec),
+        outputs=_outputs_json(src.action_spec, bool(critic_space)),
         action=_action_json(src.action_spec),
         mask=_mask_json(src.action_spec),
         normalisation=_normalisation_json(net),
-        rig=_rig_json(src.rig, src.obs_space),
+        rig=_rig_json(src.rig, space),
         onnx=dict(file=ONNX_FILE, opset=opset, exporter=exporter, input_names=names, output_names=list(OUTPUTS)),
         torch_export=dict(
             file=PT2_FILE,
@@ -479,12 +495,14 @@ def _write_package(
         ),
         versions=_versions(opset),
         policy_config=pcfg,
-        env_config=dict(src.env_config),
+        env_config=env_config,
         env_config_resolved=env_resolved,
         train_suite=train.get("suite"),
         source=_source_json(src),
         train_config=train or None,
     )
+    if critic_space:  # the network's other inputs: its value function's (weights.safetensors holds it whole)
+        spec["critic_inputs"] = space_to_json(gym.spaces.Dict(critic_space), describe=True)
     spec["files"] = {n: _file_entry(tmp / n) for n in (ONNX_FILE, PT2_FILE, WEIGHTS_FILE)}
     _write_json(tmp / POLICY_JSON, spec)
     spec["parity"] = check_package(tmp, src, check_samples, tolerance, seed)

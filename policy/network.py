@@ -57,6 +57,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from envs.config import CRITIC_PREFIX
 from policy.lift import LiftEncoder
 from scenarios.actions import ActionSpec
 from sim.configs import field
@@ -334,12 +335,20 @@ class ActorCritic(nn.Module):
         if not isinstance(observation_space, gym.spaces.Dict):
             raise TypeError(f"ActorCritic: observation_space must be gymnasium.spaces.Dict, got {observation_space}")
         known = set(OBS_PARTS) | set(MASK_KEYS.values())
+        known |= {CRITIC_PREFIX + k for k in known if k != "cameras"}  # an asymmetric critic's (EnvConfig.critic)
         unknown = sorted(set(observation_space.spaces) - known)
         if unknown:
             raise ValueError(f"ActorCritic: unknown observation keys {unknown}; expected a subset of {sorted(known)}")
         self.parts = tuple(k for k in OBS_PARTS if k in observation_space.spaces)
         if not self.parts:
             raise ValueError(f"ActorCritic: the observation space has none of {OBS_PARTS}")
+        # the privileged parts only the critic reads (an asymmetric critic): the policy never sees them
+        self.critic_parts = tuple(CRITIC_PREFIX + k for k in OBS_PARTS if CRITIC_PREFIX + k in observation_space.spaces)
+        if self.critic_parts and cfg.critic != "separate":
+            raise ValueError(
+                f"ActorCritic: the observation has critic parts {list(self.critic_parts)} (env.critic), which only a "
+                f"critic of its own reads: set policy.critic=separate (got {cfg.critic!r})"
+            )
         spaces = observation_space.spaces
 
         self.norms = nn.ModuleDict()  # running statistics of the vector parts (shared by actor and critic)
@@ -349,27 +358,27 @@ class ActorCritic(nn.Module):
                 raise ValueError(
                     f"ActorCritic: observation_space['cameras'] must be [C, H, W, 3], got {(C, H, W, three)}"
                 )
-        for key in ("ego", "limits"):
-            if key in spaces:
+        for key in self.parts + self.critic_parts:
+            part = key.removeprefix(CRITIC_PREFIX)
+            if part in ("ego", "limits"):
                 (n,) = _check_box(spaces[key], key, 1)
                 self.norms[key] = RunningNorm((n,), cfg.obs_clip, cfg.norm_eps)
-        for key in ("navigation", "route"):
-            if key in spaces:
+            elif part in ("navigation", "route"):
                 self.norms[key] = RunningNorm(_check_box(spaces[key], key, 2), cfg.obs_clip, cfg.norm_eps)
-        if "command" in spaces:
-            _check_box(spaces["command"], "command", 1)
-        for key in TOKEN_PARTS:
-            if key in spaces:
+            elif part == "command":
+                _check_box(spaces[key], key, 1)
+            elif part in TOKEN_PARTS:
                 _, n_feat = _check_box(spaces[key], key, 2)
                 self.norms[key] = RunningNorm((n_feat,), cfg.obs_clip, cfg.norm_eps)
-        self.encoders = self._part_encoders(spaces, cameras=True)
+        self.encoders = self._part_encoders(spaces, self.parts, cameras=True)
         self.trunk = self._trunk()
         # The critic: its own encoders and trunk ('separate'; the camera features, from the policy's encoder,
-        # reach it detached), or a head on the policy's trunk ('detached', 'shared').
+        # reach it detached; the critic parts, when the env gives them, its alone), or a head on the policy's
+        # trunk ('detached', 'shared').
         self.critic = cfg.critic
         if self.critic == "separate":
-            self.critic_encoders = self._part_encoders(spaces, cameras=False)
-            self.critic_trunk = self._trunk()
+            self.critic_encoders = self._part_encoders(spaces, self.parts + self.critic_parts, cameras=False)
+            self.critic_trunk = self._trunk(len(self.parts) + len(self.critic_parts))
         D = cfg.hidden_dim
 
         # Heads. Small init (CleanRL: 0.01) starts the policy near uniform over the feasible bins.
@@ -384,28 +393,29 @@ class ActorCritic(nn.Module):
         # Derived from the spec, so not saved: a checkpoint loads only into a network with the same bins anyway.
         self.register_buffer("feasible", torch.as_tensor(spec.feasibility()), persistent=False)
 
-    def _part_encoders(self, spaces, cameras: bool) -> nn.ModuleDict:
-        """One encoder per observation part (the camera encoder only when ``cameras``): each maps its part to
-        [B, embed_dim]."""
+    def _part_encoders(self, spaces, keys: tuple[str, ...], cameras: bool) -> nn.ModuleDict:
+        """One encoder per observation part of ``keys`` (the camera encoder only when ``cameras``): each maps
+        its part to [B, embed_dim]."""
         cfg, E = self.cfg, self.cfg.embed_dim
         enc = nn.ModuleDict()
-        for key in self.parts:
+        for key in keys:
             shape = tuple(spaces[key].shape)
             if key == "cameras":
                 if cameras:
                     C, H, W, _ = shape
                     lift = cfg.camera_encoder == "lift"
                     enc[key] = LiftEncoder(C, H, W, cfg) if lift else CameraEncoder(C, H, W, cfg)
-            elif key in TOKEN_PARTS:
+            elif key.removeprefix(CRITIC_PREFIX) in TOKEN_PARTS:
                 enc[key] = TokenSetEncoder(shape[-1], cfg)
             else:  # ego, command, limits: [n]; navigation, route: [K, 2] flattened
                 enc[key] = mlp(int(np.prod(shape)), E)
         return enc
 
-    def _trunk(self) -> nn.Sequential:
-        """LayerNorm over the concatenated part embeddings, then ``trunk_layers`` Linear+ReLU to hidden_dim."""
+    def _trunk(self, n_parts: int | None = None) -> nn.Sequential:
+        """LayerNorm over the concatenated embeddings of ``n_parts`` parts (the policy's), then ``trunk_layers``
+        Linear+ReLU to hidden_dim."""
         cfg = self.cfg
-        d_in = cfg.embed_dim * len(self.parts)
+        d_in = cfg.embed_dim * (len(self.parts) if n_parts is None else n_parts)
         layers: list[nn.Module] = [nn.LayerNorm(d_in)]
         for _ in range(cfg.trunk_layers):
             layers += [layer_init(nn.Linear(d_in, cfg.hidden_dim)), nn.ReLU()]
@@ -419,13 +429,22 @@ class ActorCritic(nn.Module):
         return obs[key]
 
     def _mask(self, obs: dict[str, torch.Tensor], key: str, tokens: torch.Tensor) -> torch.Tensor:
-        m = obs.get(MASK_KEYS[key])
+        part = key.removeprefix(CRITIC_PREFIX)
+        m = obs.get(key[: len(key) - len(part)] + MASK_KEYS[part])
         return torch.ones(tokens.shape[:-1], dtype=tokens.dtype, device=tokens.device) if m is None else m
 
-    def _embed(self, obs: dict[str, torch.Tensor], encoders: nn.ModuleDict, camera: torch.Tensor | None = None):
-        """Per-part embeddings [B, E] each, in ``self.parts`` order; the cameras' from ``encoders`` or given."""
+    def _embed(
+        self,
+        obs: dict[str, torch.Tensor],
+        encoders: nn.ModuleDict,
+        camera: torch.Tensor | None = None,
+        keys: tuple[str, ...] | None = None,
+    ):
+        """Per-part embeddings [B, E] each, in ``keys`` order (the policy's parts by default); the cameras' from
+        ``encoders`` or given."""
         feats = []
-        for key in self.parts:
+        for key in self.parts if keys is None else keys:
+            part = key.removeprefix(CRITIC_PREFIX)
             x = self._get(obs, key)
             if key == "cameras" and camera is not None:
                 feats.append(camera)
@@ -435,9 +454,9 @@ class ActorCritic(nn.Module):
                     feats.append(enc.reduce(obs[BEV_KEY]))
                 else:
                     feats.append(enc(x, obs.get("ego")))
-            elif key in RAW_PARTS:
+            elif part in RAW_PARTS:
                 feats.append(encoders[key](x.float()))
-            elif key in TOKEN_PARTS:
+            elif part in TOKEN_PARTS:
                 feats.append(encoders[key](self.norms[key](x.float()), self._mask(obs, key, x)))
             else:
                 feats.append(encoders[key](self.norms[key](x.float()).flatten(1)))
@@ -455,7 +474,8 @@ class ActorCritic(nn.Module):
         feats = self._embed(obs, self.encoders)
         h = self.trunk(torch.cat(feats, dim=-1))
         camera = feats[self.parts.index("cameras")].detach() if "cameras" in self.parts else None
-        hv = self.critic_trunk(torch.cat(self._embed(obs, self.critic_encoders, camera), dim=-1))
+        keys = self.parts + self.critic_parts
+        hv = self.critic_trunk(torch.cat(self._embed(obs, self.critic_encoders, camera, keys), dim=-1))
         return h, self.value_head(hv)
 
     def values(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -498,9 +518,11 @@ class ActorCritic(nn.Module):
         """
         for key, norm in self.norms.items():
             assert isinstance(norm, RunningNorm)
+            if key in self.critic_parts and key not in obs:  # demonstrations: the policy's parts alone
+                continue
             x = self._get(obs, key)
             keep = None
-            if key in TOKEN_PARTS:
+            if key.removeprefix(CRITIC_PREFIX) in TOKEN_PARTS:
                 keep = self._mask(obs, key, x) > 0.5
             norm.update(x, keep)
 
@@ -586,6 +608,9 @@ class ExportPolicy(nn.Module):
 
     forward(obs) -> (action [B, 2] int64 deterministic (lat, long), logits_long [B, n_long],
     logits_lat_all [B, n_long, n_lat] masked, one row per longitudinal bin, values [B, 2]).
+
+    A policy with an asymmetric critic (``critic_parts``: privileged state it read while training) takes the
+    policy's parts alone and gives NaN values: its value function needs what a deployed car does not have.
     """
 
     def __init__(self, policy: ActorCritic):
@@ -593,7 +618,11 @@ class ExportPolicy(nn.Module):
         self.policy = policy
 
     def forward(self, obs: dict[str, torch.Tensor]):
-        h, values = self.policy._features_and_values(obs)
+        if self.policy.critic_parts:
+            h = self.policy.features(obs)
+            values = torch.full((h.shape[0], 2), float("nan"), dtype=h.dtype, device=h.device)
+        else:
+            h, values = self.policy._features_and_values(obs)
         logits_long = self.policy.long_head(h)
         lat_all = self.policy.lateral_logits_all(h)  # [B, n_long, n_lat]
         long_idx = logits_long.argmax(-1)  # [B]

@@ -52,7 +52,7 @@ import numpy as np
 import torch
 
 from envs.config import OBSERVATION_MODES, EnvConfig
-from envs.observation import observation_mode
+from envs.observation import observation_mode, policy_space
 from policy.errors import PolicySourceError
 from policy.exported import (
     FORMAT as EXPORT_FORMAT,
@@ -143,8 +143,9 @@ class PolicySource:
 
     @property
     def inputs(self) -> list[dict]:
-        """The observation spec: [{name, shape, dtype, ...}] in the network's input order."""
-        return space_to_json(self.obs_space)
+        """The observation spec: [{name, shape, dtype, ...}] in the network's input order: the policy's parts
+        (an asymmetric critic's privileged parts, ``critic_*``, are the network's but no input of the policy)."""
+        return space_to_json(policy_space(self.obs_space))
 
     def build_policy(self) -> ActorCritic:
         """A fresh ActorCritic in eval mode with these weights."""
@@ -392,6 +393,9 @@ def _resolve_exported(s: SourceSpec) -> PolicySource:
     if spec.get("format") != EXPORT_FORMAT or spec.get("format_version") != EXPORT_FORMAT_VERSION:
         raise PolicySourceError(f"{where}: {POLICY_JSON} is not a {EXPORT_FORMAT} v{EXPORT_FORMAT_VERSION} package")
     obs_space = space_from_json(spec.get("inputs"), f"{where}: {POLICY_JSON} 'inputs'")
+    if spec.get("critic_inputs"):  # an asymmetric critic's privileged parts: the network's, not the policy's
+        critic = space_from_json(spec["critic_inputs"], f"{where}: {POLICY_JSON} 'critic_inputs'")
+        obs_space = gym.spaces.Dict({**obs_space.spaces, **critic.spaces})
     env_over = dict(spec.get("env_config") or {})
     mode = env_over.get("observation") or spec.get("observation_mode") or observation_mode(obs_space)
     if mode not in OBSERVATION_MODES:

@@ -14,6 +14,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from envs.config import CRITIC_PREFIX
 from envs.observation import (
     AGENT_FEATURES,
     CAMERA_EGO_FEATURES,
@@ -129,8 +130,15 @@ def space_to_json(space: gym.spaces.Dict, describe: bool = False) -> list[dict]:
         )
         entry["high"] = _bound(s.high)
         if describe:
-            entry.update(OBS_DOCS.get(name, {}))
-            if name in feats:
+            base = name.removeprefix(CRITIC_PREFIX)  # an asymmetric critic's part: privileged mode's meaning
+            entry.update(OBS_DOCS.get(base, {}))
+            if base != name:
+                what = entry.get("meaning", "")
+                entry["meaning"] = f"the value function's alone (privileged, while training): {what}"
+                entry["features"] = list(EGO_FEATURES) if base == "ego" else feats.get(base, [])
+                if not entry["features"]:
+                    del entry["features"]
+            elif name in feats:
                 entry["features"] = feats[name]
         out.append(entry)
     return out
