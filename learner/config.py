@@ -149,6 +149,13 @@ class EvalConfig:
     select_metric: str = field(
         "DS", help="what 'best' means: DS (mean driving score), RC or success_rate (higher), CR or DR (lower)"
     )
+    select_start: bool = field(
+        False,
+        help="also count the policy stage rl started from (the end of stage il / distill, or init_from) among "
+        "the candidates, so RL that makes it worse on the eval suite hands back where it started (selected 'il'; "
+        "a run resumed inside stage rl has lost that candidate). Off: the run reports an RL-trained policy, as a "
+        "study of what RL does needs",
+    )
 
     def __post_init__(self):
         if self.select_last < 1:

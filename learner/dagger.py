@@ -99,13 +99,23 @@ class BestOfLast:
     def __init__(self, k: int, metric: str, sign: float):
         self.k, self.metric, self.sign = int(k), metric, float(sign)
         self.kept: list[tuple[str, dict, dict[str, torch.Tensor]]] = []
+        self.start: tuple[str, dict, dict[str, torch.Tensor]] | None = None  # a candidate that never ages out
 
     def offer(self, label: str, metrics: Mapping, weights: dict[str, torch.Tensor]) -> None:
         self.kept = [*self.kept, (label, dict(metrics), weights)][-self.k :]
 
+    def offer_start(self, label: str, metrics: Mapping, weights: dict[str, torch.Tensor]) -> None:
+        """The starting point (``eval.select_start``): a candidate beside the last k, older than all of them."""
+        self.start = (label, dict(metrics), weights)
+
+    @property
+    def candidates(self) -> list[tuple[str, dict, dict[str, torch.Tensor]]]:
+        return ([self.start] if self.start is not None else []) + self.kept
+
     def best(self) -> tuple[str, dict, dict[str, torch.Tensor]]:
-        if not self.kept:
+        cands = self.candidates
+        if not cands:
             raise ValueError("BestOfLast: no evaluation offered")
-        scores = [self.sign * float(m.get(self.metric, float("nan"))) for _, m, _ in self.kept]
+        scores = [self.sign * float(m.get(self.metric, float("nan"))) for _, m, _ in cands]
         i = max(range(len(scores)), key=lambda j: (scores[j] if scores[j] == scores[j] else float("-inf"), j))
-        return self.kept[i]
+        return cands[i]

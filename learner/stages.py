@@ -245,6 +245,10 @@ class Stages:
         cfg = self.cfg
         T = cfg.rollout.fragment_length
         ep_window: list[dict] = []
+        if cfg.eval.select_start and state.iteration == 0 and state.warmup == 0 and self.selection.start is None:
+            # the policy as stage rl gets it (eval.select_start): a candidate for the run's final policy
+            m = state.il_eval or self.evaluate(state, "il")
+            self.selection.offer_start("il", m, self.learner_group.weights())
         while state.warmup < cfg.ppo.critic_warmup and state.iteration == 0:
             # the critic learns the IL policy's returns before any policy update: PPO's first advantages are then
             # measured against a value function, not an untrained head's noise
@@ -328,7 +332,7 @@ class Stages:
         """The run reports the best policy of its last ``eval.select_last`` evaluations on ``eval.suite`` by
         ``eval.select_metric`` (``learner.dagger.BestOfLast``; after a resume, of those since it), not its last."""
         label, metrics, weights = self.selection.best()
-        kept = [lab for lab, _, _ in self.selection.kept]
+        kept = [lab for lab, _, _ in self.selection.candidates]
         if label != kept[-1]:
             self.learner_group.load_state({"policy": weights})
         state.selected, state.last_eval = label, metrics

@@ -49,3 +49,14 @@ def test_best_of_last_k_by_the_metric_and_its_direction():
     assert nan.best()[0] == "a"
     with pytest.raises(ValueError, match="no evaluation"):
         BestOfLast(1, "DS", 1.0).best()
+
+
+def test_the_starting_point_stays_a_candidate_and_loses_ties():
+    w = {"x": torch.zeros(1)}
+    sel = BestOfLast(2, "DS", +1.0)
+    sel.offer_start("il", {"DS": 0.8}, w)
+    for label, score in (("rl@1", 0.9), ("rl@2", 0.5), ("rl+il", 0.7)):  # rl@1 ages out; the start does not
+        sel.offer(label, {"DS": score}, w)
+    assert [lab for lab, _, _ in sel.candidates] == ["il", "rl@2", "rl+il"] and sel.best()[0] == "il"
+    sel.offer("rl@4", {"DS": 0.8}, w)  # as good as the start: the trained policy
+    assert sel.best()[0] == "rl@4"

@@ -12,8 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
+from learner import checkpoint as ckpt_io
 from learner.config import TrainConfig
 from learner.train import train
 from scenarios import save
@@ -228,3 +230,20 @@ def test_dagger_labels_the_states_the_policy_visits_and_a_resume_keeps_them(tmp_
     assert r2.state.dagger_round == 3
     again = dagger.from_bytes(CheckpointStore(tmp_path / "store").run("tiny").load_latest().files["dagger.safetensors"])
     assert len(again) == 3 * 24 and torch.equal(again.labels[: len(data)], data.labels)
+
+
+def test_select_start_counts_the_policy_stage_rl_started_from(tmp_path, suite):
+    """eval.select_start: the end of stage il is a candidate for the run's final policy beside stage rl's
+    evaluations; the run reports whichever scored the better DS on the eval suite (a tie: the RL-trained one),
+    and the checkpoint holds that policy's weights."""
+    r = train(tiny(tmp_path, suite, eval={"suite": str(suite), "every": 0, "num_envs": 2, "select_start": True}))
+    s = r.state
+    by_label = {h["label"]: h for h in s.history}
+    assert set(by_label) >= {"il", "rl+il"}
+    want = "il" if by_label["il"]["DS"] > by_label["rl+il"]["DS"] else "rl+il"
+    assert s.selected == want and s.last_eval["DS"] == by_label[want]["DS"]
+    store = CheckpointStore(tmp_path / "store")
+    final = ckpt_io.policy_weights(store.run("tiny").load_latest().files)
+    il = ckpt_io.policy_weights(store.run("tiny-il").load_latest().files)
+    same = all(torch.equal(final[k], il[k]) for k in il)
+    assert same == (want == "il")
