@@ -14,7 +14,6 @@ import math
 import numpy as np
 
 from envs.kernels import path_points, project_path
-from envs.observation import route_path
 from sim.geometry import box_corners
 from sim.viz import tile_cameras, upscale
 
@@ -77,7 +76,7 @@ def bird_eye_view(env) -> np.ndarray:
     for lane in d.lane_polylines:
         line(lane, LANE)
     line(d.path_xy, EXPERT, 2)
-    nav = env._nav if env._nav is not None else route_path(d.scenario)  # the route lanes, as the observation
+    nav = env.episode_route()  # the route lanes, as the observation
     x, y = float(env._state[0]), float(env._state[1])
     s0 = project_path(x, y, nav.xy, nav.s, nav.yaw, nav.dyaw, nav.z)[1]
     s = s0 + cfg.route_spacing * np.arange(1, cfg.route_points + 1)

@@ -78,6 +78,7 @@ log = logging.getLogger("envs")
 
 STILL_EXPERT = 0.01  # m: an expert covering less than this over the horizon "does not move"
 BLANK_GREY = 128  # camera_ablation="blank": every pixel of every camera
+ROUTE_PARTS = frozenset({"navigation", "command", "route", "limits"})  # the parts read from the map's route
 
 
 def expert_arclength(poses: np.ndarray, horizon: int) -> np.ndarray:
@@ -178,8 +179,7 @@ class DrivingEnv(gym.Env):
         self._grey: np.ndarray | None = None  # camera_ablation="blank": the flat grey images, made once
         # camera_history=k: the images of the last k steps, oldest first (the episode's first frame until then)
         self._history: collections.deque = collections.deque(maxlen=max(cfg.camera_history, 1))
-        self._nav: RoutePath | None = None  # the route from the map's lanes (navigation, command, route, limits)
-        self._critic_nav: RoutePath | None = None
+        self._route: RoutePath | None = None  # the episode's route from the map's lanes, see episode_route
         self._nav_point = np.empty(2)  # camera mode: the navigation kernel's buffer
         # camera_ablation="shuffle": (ScenarioData, scene, step offset) of the clip whose frames are shown
         self._donor: tuple[Any, Any, int] | None = None
@@ -322,8 +322,7 @@ class DrivingEnv(gym.Env):
         self._accel = self._steer = self._yaw_rate = 0.0
         self._last_event = ""
         self._last = (0.0, float(d.start_state[3]) * ANCHOR_HORIZON)  # the anchor that holds the speed
-        self._nav = route_path(d.scenario) if self._parts & {"navigation", "command", "route", "limits"} else None
-        self._critic_nav = self._nav  # the critic's route (EnvConfig.critic), made on first use without one
+        self._route = None  # made on first use (episode_route)
         if cfg.camera_ablation == "shuffle":  # the clip half the pool away; alone, itself half its horizon on
             n = len(self.pool)
             other = self.pool.data((k + n // 2) % n) if n > 1 else d
@@ -469,13 +468,19 @@ class DrivingEnv(gym.Env):
             raise ValueError(f"observe_as: mode camera or privileged and parts without cameras, got {mode!r}, {parts}")
         if self._obs is None:
             raise RuntimeError("DrivingEnv.observe_as: call reset() first")
-        nav = self._nav if self._nav is not None else route_path(self._loaded.scenario)
-        return self._observe(frozenset(parts), mode, nav)
+        return self._observe(frozenset(parts), mode)
 
-    def _observe(self, on=None, mode: str | None = None, nav: RoutePath | None = None) -> dict[str, np.ndarray]:
+    def episode_route(self) -> RoutePath:
+        """The episode's route from the map's lanes (what navigation, command, route and limits read, in the
+        policy's view, the critic's and ``observe_as``'s alike), made once per episode on first use."""
+        if self._route is None:
+            self._route = route_path(self._loaded.scenario)
+        return self._route
+
+    def _observe(self, on=None, mode: str | None = None) -> dict[str, np.ndarray]:
         """The observation of the current state, in the config's mode (``envs.observation``); the cameras
-        are the previous images until ``_set_cameras`` gets the new ones from the render call. ``on``, ``mode``,
-        ``nav``: other parts, mode and route (``observe_as``)."""
+        are the previous images until ``_set_cameras`` gets the new ones from the render call. ``on``, ``mode``:
+        other parts and mode (``observe_as``, the asymmetric critic's view)."""
         d, cfg, t = self._loaded, self.config, self._t
         critic = cfg.critic if on is None else ()  # the asymmetric critic's parts: the config's own view only
         on = self._parts if on is None else on
@@ -493,8 +498,8 @@ class DrivingEnv(gym.Env):
             obs["ego"] = np.array(
                 [v, self._yaw_rate, self._accel, self._steer, self._last[0], self._last[1]], dtype=np.float32
             )
-        nav = self._nav if nav is None else nav
-        if nav is not None:  # the map's route, from where the ego is on it (never the expert's drive)
+        if on & ROUTE_PARTS:  # the map's route, from where the ego is on it (never the expert's drive)
+            nav = self.episode_route()
             _, s0, _, _ = project_path(ex, ey, nav.xy, nav.s, nav.yaw, nav.dyaw, nav.z)
             if "navigation" in on:
                 points = np.empty((cfg.navigation_points, 2), np.float32)
@@ -525,9 +530,7 @@ class DrivingEnv(gym.Env):
             nearest_points(ex, ey, yaw, d.lane_points, cfg.map_radius, feats, mask)
             obs["map"], obs["map_mask"] = feats, mask
         if critic:
-            if self._critic_nav is None:
-                self._critic_nav = route_path(d.scenario)
-            for key, value in self._observe(frozenset(critic), "privileged", self._critic_nav).items():
+            for key, value in self._observe(frozenset(critic), "privileged").items():
                 obs[CRITIC_PREFIX + key] = value
         return obs
 

@@ -43,7 +43,7 @@ Camera mode's ego features are privileged's first four, in the same order.
 **critic parts** (``EnvConfig.critic``, an asymmetric critic): privileged parts of the same state, in
 privileged mode's shapes, beside the observation under ``critic_<key>`` (critic_agents, critic_agents_mask,
 ...). Only the value function reads them while training; the policy's space is the rest
-(:func:`policy_space`), what exports and evaluation give a policy.
+(:func:`policy_space`), what exports and evaluation give a policy; the critic's, :func:`critic_space`.
 """
 
 from __future__ import annotations
@@ -114,6 +114,11 @@ def is_critic_key(key: str) -> bool:
 def policy_space(space: spaces.Dict) -> spaces.Dict:
     """The observation space less the critic's parts: what the policy reads (exports, evaluation)."""
     return spaces.Dict({k: v for k, v in space.spaces.items() if not is_critic_key(k)})
+
+
+def critic_space(space: spaces.Dict) -> spaces.Dict:
+    """The critic's parts of the observation space (``critic_<key>``, ``EnvConfig.critic``; empty without)."""
+    return spaces.Dict({k: v for k, v in space.spaces.items() if is_critic_key(k)})
 
 
 def observation_mode(space: spaces.Dict) -> str:

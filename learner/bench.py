@@ -53,6 +53,9 @@ class LearnerBenchConfig:
     privileged_envs: int = field(16, help="privileged loop: envs stepped together (split over the Ray actors)")
     privileged_fragment: int = field(128, help="privileged loop: steps per fragment (a batch: envs x this)")
     privileged_iterations: int = field(5, help="privileged loop: iterations measured (after one warm-up)")
+    resolution: tuple[int, int] | None = field(
+        None, help="(width, height) per camera (env.resolution) in the camera cases; None: the scenarios' own"
+    )
     json: bool = field(False, help="print JSON only")
 
 
@@ -61,8 +64,13 @@ def _say(cfg, msg):
         print(msg, flush=True)
 
 
+def _env(cfg: LearnerBenchConfig) -> dict:
+    """The camera cases' env settings."""
+    return {"render_backend": "auto", **({"resolution": tuple(cfg.resolution)} if cfg.resolution else {})}
+
+
 def bench_vector_env(cfg: LearnerBenchConfig, num_envs: int) -> dict:
-    venv = VectorDrivingEnv(cfg.suite, num_envs, {"render_backend": "auto"})
+    venv = VectorDrivingEnv(cfg.suite, num_envs, _env(cfg))
     rng = np.random.default_rng(0)
     mask = venv.action_mask
 
@@ -84,7 +92,7 @@ def bench_vector_env(cfg: LearnerBenchConfig, num_envs: int) -> dict:
 
 
 def bench_rollout(cfg: LearnerBenchConfig, num_actors: int) -> dict:
-    spec = WorkerSpec(scenarios=(cfg.suite,), env_config={"render_backend": "auto"}, num_envs=cfg.envs_per_actor)
+    spec = WorkerSpec(scenarios=(cfg.suite,), env_config=_env(cfg), num_envs=cfg.envs_per_actor)
     g = RolloutGroup(spec, num_actors, ActorResources(num_cpus=1))
     try:
         g.set_weights(0, g.weights())
@@ -108,6 +116,7 @@ def bench_learner_and_loop(cfg: LearnerBenchConfig) -> tuple[dict, dict]:
             "tracking": {"out": "/tmp/splatdrive-bench-out", "tensorboard": False},
             "suite": cfg.suite,
             "stage": "perception+il+rl" if cfg.frozen else "rl",  # built only: stage rl's loop, encoder frozen or not
+            "env": _env(cfg),
             "rollout": {"num_actors": 2, "envs_per_actor": cfg.envs_per_actor, "fragment_length": cfg.fragment_length},
             "ppo": {"epochs": cfg.epochs},
         },

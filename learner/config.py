@@ -188,6 +188,13 @@ class PerceptionConfig:
     range_m: float = field(40.0, help="BEV grid side in metres")
     behind_m: float = field(4.0, help="the grid starts this far behind the rear axle (m)")
     velocity_weight: float = field(0.1, help="weight of the velocity L1 loss (m/s) beside the BCE losses")
+    pos_weight_cap: float = field(
+        20.0,
+        help="cap of the positive-class weight of each BCE loss (negatives / positives over visible cells): rare "
+        "classes (agents fill ~1 % of the grid) weighted up to it; a high cap buys recall with false positives at "
+        "the 0.5 threshold the IoUs use",
+    )
+    lr_final_fraction: float = field(1.0, help="linear decay of the learning rate to lr * this by the last epoch")
     cache_mb: float = field(4096.0, help="size cap of each frame cache (train, val) in MB: fewer frames beyond it")
     shard_frames: int = field(128, help="frames per cache shard (.npz, sha256-checked)")
     freeze: bool = field(True, help="stages il and rl keep the image encoder that stage perception trained frozen")
@@ -205,9 +212,11 @@ class PerceptionConfig:
             raise ValueError(f"perception.every: expected >= 0 (0: perception.frames decides), got {self.every}")
         if self.cells % 4:
             raise ValueError(f"perception.cells: expected a multiple of 4, got {self.cells}")
-        for name in ("lr", "range_m", "cache_mb"):
+        for name in ("lr", "range_m", "cache_mb", "lr_final_fraction"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"perception.{name}: expected > 0, got {getattr(self, name)}")
+        if not self.pos_weight_cap >= 1:
+            raise ValueError(f"perception.pos_weight_cap: expected >= 1 (1: unweighted), got {self.pos_weight_cap}")
         for name in ("jitter_m", "jitter_deg", "behind_m", "velocity_weight"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"perception.{name}: expected >= 0, got {getattr(self, name)}")

@@ -40,12 +40,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 import torch
 
 from envs.config import EnvConfig
-from envs.observation import is_critic_key, policy_space
+from envs.observation import critic_space, is_critic_key, policy_space
 from policy.exported import FORMAT, FORMAT_VERSION, OUTPUTS, POLICY_JSON, ExportError, load_exported
 from policy.network import ExportPolicy, RunningNorm, random_obs
 from policy.sources import PolicySource, PolicySourceError, resolve_policy_source, space_to_json
@@ -450,7 +449,7 @@ def _write_package(
     wrapper = ExportPolicy(net).eval()
     names = [e["name"] for e in src.inputs]
     space = policy_space(src.obs_space)  # the policy's inputs; an asymmetric critic's parts stay out
-    critic_space = {k: v for k, v in src.obs_space.spaces.items() if is_critic_key(k)}
+    critic = critic_space(src.obs_space)  # the value function's alone
     example = _example_obs(space, 2, seed)  # batch 2: a batch of 1 would be specialised
 
     weights = {k: v.detach().cpu().contiguous() for k, v in src.weights.items()}
@@ -476,7 +475,7 @@ def _write_package(
         observation_mode=src.observation_mode,
         inputs=space_to_json(space, describe=True),
         batch=dict(dim=0, dynamic=True, note="every input and output has a leading batch dimension B >= 1"),
-        outputs=_outputs_json(src.action_spec, bool(critic_space)),
+        outputs=_outputs_json(src.action_spec, bool(critic.spaces)),
         action=_action_json(src.action_spec),
         mask=_mask_json(src.action_spec),
         normalisation=_normalisation_json(net),
@@ -501,8 +500,8 @@ def _write_package(
         source=_source_json(src),
         train_config=train or None,
     )
-    if critic_space:  # the network's other inputs: its value function's (weights.safetensors holds it whole)
-        spec["critic_inputs"] = space_to_json(gym.spaces.Dict(critic_space), describe=True)
+    if critic.spaces:  # the network's other inputs: its value function's (weights.safetensors holds it whole)
+        spec["critic_inputs"] = space_to_json(critic, describe=True)
     spec["files"] = {n: _file_entry(tmp / n) for n in (ONNX_FILE, PT2_FILE, WEIGHTS_FILE)}
     _write_json(tmp / POLICY_JSON, spec)
     spec["parity"] = check_package(tmp, src, check_samples, tolerance, seed)

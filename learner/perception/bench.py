@@ -54,7 +54,7 @@ def bench(suite: str = "train", frames: int = 32, steps: int = 64, threads: int 
         net = build_net(cache, PolicyConfig(), cfg)
         opt = torch.optim.Adam(net.parameters(), lr=1e-3)
         tensors = {k: torch.from_numpy(cache.arrays[k]) for k in ("cameras", "ego", *LABEL_KEYS)}
-        vis, pw = torch.from_numpy(cache.visible), positive_weights(cache)
+        vis, pw = torch.from_numpy(cache.visible), positive_weights(cache, cfg.pos_weight_cap)
         bs = min(32, len(cache))
         times = []
         for i in range(4):

@@ -9,8 +9,6 @@ import torch.nn.functional as F
 
 from learner.perception.cache import FrameCache
 
-MAX_POS_WEIGHT = 20.0  # cap of the positive-class weight of the occupancy / map losses
-
 
 def perception_loss(out: torch.Tensor, batch: Mapping[str, torch.Tensor], visible: torch.Tensor, pos_weight, vel_w):
     """(loss, terms): BCE on occupancy, drivable and lane (positive classes weighted by ``pos_weight``
@@ -29,12 +27,12 @@ def perception_loss(out: torch.Tensor, batch: Mapping[str, torch.Tensor], visibl
     return loss, {k: float(v.detach()) for k, v in terms.items()}
 
 
-def positive_weights(train: FrameCache) -> torch.Tensor:
-    """[3] negatives / positives over visible cells of occupancy, drivable and lane, capped."""
+def positive_weights(train: FrameCache, cap: float) -> torch.Tensor:
+    """[3] negatives / positives over visible cells of occupancy, drivable and lane, each at most ``cap``."""
     vis = train.visible[None]
     out = []
     for key in ("occupancy", "drivable", "lane"):
         pos = float((train.arrays[key].astype(bool) & vis).sum())
         tot = float(vis.sum() * len(train))
-        out.append(min(MAX_POS_WEIGHT, (tot - pos) / max(pos, 1.0)))
+        out.append(min(cap, (tot - pos) / max(pos, 1.0)))
     return torch.tensor(out, dtype=torch.float32)

@@ -45,6 +45,12 @@ def build_net(train: FrameCache, policy_cfg: PolicyConfig, cfg: PerceptionConfig
     return PerceptionNet(C, H, W, policy_cfg, cfg.cells)
 
 
+def lr_at(cfg: PerceptionConfig, progress: float) -> float:
+    """The learning rate after ``progress`` epochs: ``lr`` decayed linearly to ``lr * lr_final_fraction`` at
+    ``epochs``."""
+    return cfg.lr * (1.0 - (1.0 - cfg.lr_final_fraction) * min(1.0, progress / cfg.epochs))
+
+
 def train_perception(
     cfg: PerceptionConfig,
     policy_cfg: PolicyConfig,
@@ -78,7 +84,7 @@ def train_perception(
                 start, resumed_done=True,
             )  # fmt: skip
         say(f"perception: resuming at epoch {start}/{cfg.epochs} from {run_store.uri}@{ck.version}")
-    pos_weight = positive_weights(train)
+    pos_weight = positive_weights(train, cfg.pos_weight_cap)
     visible = torch.from_numpy(train.visible)
     tensors = {k: torch.from_numpy(train.arrays[k]) for k in ("cameras", "ego", *LABEL_KEYS)}
     n = len(train)
@@ -91,6 +97,8 @@ def train_perception(
         steps = 0
         t0 = time.perf_counter()
         for i in range(0, n, cfg.batch_size):
+            for group in opt.param_groups:
+                group["lr"] = lr_at(cfg, epoch + i / n)
             idx = perm[i : i + cfg.batch_size]
             batch = {k: v[idx] for k, v in tensors.items()}
             out = net(batch["cameras"], batch["ego"])

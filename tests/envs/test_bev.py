@@ -43,7 +43,7 @@ def stub_env(obstacle_xy, obstacle_yaw, road_edges=(), hit=""):
         _s=0.0,
         _t=0,
         _last_event=hit,
-        _nav=far_route(),
+        episode_route=far_route,
         ego_box=lambda: (state[:2].copy(), math.pi / 2, np.array([4.0, 2.0, 1.5])),
     )
 

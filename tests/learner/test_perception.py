@@ -190,6 +190,31 @@ def test_metrics_by_hand():
     assert perception_metrics(pred, labels, vis)["occupancy_iou"] == pytest.approx(1 / 2)
 
 
+def test_positive_weights_and_the_learning_rate_by_hand():
+    from learner.perception.loss import positive_weights
+    from learner.perception.stage import lr_at
+
+    G = 4
+    occ = np.zeros((2, G, G), np.uint8)
+    occ[0, 0, 0] = 1  # 1 occupied of 2 x 12 visible cells: 23 negatives per positive
+    occ[1, 3, 3] = 1  # ... and one the rig cannot see: not counted
+    vis = np.ones((G, G), bool)
+    vis[2:, 2:] = False  # 12 visible cells
+    drv = np.ones((2, G, G), np.uint8)  # all drivable: 0 negatives per positive
+    lane = np.zeros((2, G, G), np.uint8)
+    lane[:, 0, :2] = 1  # 4 of 24: 5 negatives per positive
+    arrays = {"occupancy": occ, "drivable": drv, "lane": lane}
+    cache = type("Frames", (), {"visible": vis, "arrays": arrays, "__len__": lambda self: 2})()  # FrameCache's view
+    assert positive_weights(cache, 30.0).tolist() == pytest.approx([23.0, 0.0, 5.0])
+    assert positive_weights(cache, 3.0).tolist() == pytest.approx([3.0, 0.0, 3.0])
+    cfg = PerceptionConfig(epochs=4, lr=1e-3, lr_final_fraction=0.2)
+    assert [lr_at(cfg, e) for e in (0, 2, 4, 9)] == pytest.approx([1e-3, 0.6e-3, 0.2e-3, 0.2e-3])
+    assert lr_at(PerceptionConfig(lr=5e-4), 3.5) == 5e-4  # the default: constant
+    for bad in (dict(pos_weight_cap=0.5), dict(lr_final_fraction=0.0)):
+        with pytest.raises(ValueError, match="perception"):
+            PerceptionConfig(**bad)
+
+
 def test_the_encoder_goes_into_the_policy():
     space = example_observation_space(3, 16, 32, parts=("cameras", "ego", "navigation", "command"))
     policy = ActorCritic(space, ActionSpec(), SMALL)
