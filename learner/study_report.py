@@ -160,13 +160,14 @@ def images_md(study: dict) -> list[str]:
     percs = [s["train"].get("perception") for s in study["seeds"] if s["train"].get("perception")]
     if percs:
         keys: tuple[str, ...] = ("occupancy_iou", "prior_occupancy_iou", "velocity_error", "drivable_iou")
-        keys += ("prior_drivable_iou", "lane_iou", "prior_lane_iou")
+        keys += ("prior_drivable_iou", "lane_iou", "prior_lane_iou", "occupancy_iou_cal", "prior_occupancy_iou_cal")
         lines += [
             "",
             "## Stage perception on val (the frozen encoder's view)",
             "",
             "Mean across seeds with t intervals; prior_*: the train frames' per-cell prior, which ignores the "
-            "images. Per kind: each run's perception.md.",
+            "images; *_cal: at the threshold with the best IoU on training frames (not val). Per kind: each "
+            "run's perception.md.",
             "",
             "| " + " | ".join(keys) + " |",
             "|" + "---|" * len(keys),

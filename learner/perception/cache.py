@@ -156,7 +156,12 @@ class FrameCache:
                     progress(f"perception cache {name}: shard {i + 1}/{n_shards} rendered ({len(chunk)} frames)")
             index["shards"].append(entry)
             parts.append(arrays)
-            # the index after every shard: an interrupted build keeps what it rendered
+            if rendered:
+                # the index after every rendered shard, listing the intact ones still ahead too: an interrupted
+                # build keeps what it rendered and what was already there
+                ahead = [known[f] for j in range(i + 1, n_shards) if (f := f"shard-{j:05d}.npz") in known]
+                atomic_write(folder / "index.json", json.dumps({**index, "shards": index["shards"] + ahead}))
+        if not rendered and old != index:
             atomic_write(folder / "index.json", json.dumps(index))
         env.close()
         if not parts:

@@ -3,6 +3,12 @@
 Occupancy IoU, velocity error (mean |v - v*| m/s over truly occupied cells), drivable-area IoU and
 lane-centre IoU, each beside the IoU of the train set's per-cell prior (what a network that ignored its
 images could reach).
+
+The IoUs are given twice: at the threshold 0.5 (``occupancy_iou``) and at the threshold that gives the best
+IoU on a subset of the *training* frames (``occupancy_iou_cal``, thresholds in ``thresholds``). The BCE
+losses weight the rare positive cells up (``perception.pos_weight_cap``), which moves the network's
+probabilities up, so 0.5 is not where it separates best; the calibrated figure is the operating point a
+user of the maps would pick, chosen without looking at val. The prior gets the same treatment.
 """
 
 from __future__ import annotations
@@ -39,18 +45,43 @@ def predict(net: PerceptionNet, cameras: np.ndarray, batch: int = 64, ego: np.nd
     return np.concatenate(outs) if outs else np.zeros((0, len(CHANNELS), 1, 1), np.float32)
 
 
-def perception_metrics(pred: np.ndarray, labels: Mapping[str, np.ndarray], visible: np.ndarray) -> dict:
-    """IoU (threshold 0.5) of occupancy, drivable area and lane centre over visible cells, pooled over
-    the frames; velocity error: mean |v - v*| (vector norm, m/s) over truly occupied visible cells."""
+BINARY_MAPS = {"occupancy": 0, "drivable": 3, "lane": 4}  # name -> channel of the prediction
+THRESHOLD_GRID = tuple(round(0.05 * i, 2) for i in range(1, 20))  # 0.05, 0.10, ..., 0.95
+
+
+def perception_metrics(
+    pred: np.ndarray,
+    labels: Mapping[str, np.ndarray],
+    visible: np.ndarray,
+    thresholds: Mapping[str, float] | None = None,
+) -> dict:
+    """IoU of occupancy, drivable area and lane centre over visible cells, pooled over the frames, each map
+    thresholded at ``thresholds[name]`` (default 0.5); velocity error: mean |v - v*| (vector norm, m/s)
+    over truly occupied visible cells."""
     vis = np.broadcast_to(visible, labels["occupancy"].shape)
     occ_true = labels["occupancy"].astype(bool) & vis
     out: dict[str, Any] = dict(frames=len(pred))
-    out["occupancy_iou"] = _iou((pred[:, 0] > 0.5) & vis, occ_true)
-    out["drivable_iou"] = _iou((pred[:, 3] > 0.5) & vis, labels["drivable"].astype(bool) & vis)
-    out["lane_iou"] = _iou((pred[:, 4] > 0.5) & vis, labels["lane"].astype(bool) & vis)
+    for name, ch in BINARY_MAPS.items():
+        t = 0.5 if thresholds is None else float(thresholds.get(name, 0.5))
+        out[f"{name}_iou"] = _iou((pred[:, ch] > t) & vis, labels[name].astype(bool) & vis)
     err = np.linalg.norm(pred[:, 1:3] - labels["velocity"], axis=1)  # [N, G, G]
     out["velocity_error"] = float(err[occ_true].mean()) if occ_true.any() else math.nan
     out["occupied_cells"] = int(occ_true.sum())
+    return out
+
+
+def choose_thresholds(
+    pred: np.ndarray, labels: Mapping[str, np.ndarray], visible: np.ndarray, grid: tuple[float, ...] = THRESHOLD_GRID
+) -> dict[str, float]:
+    """Per binary map, the threshold in ``grid`` with the best IoU over the visible cells of (pred, labels)
+    (ties: the lowest). Meant for training frames: the thresholds then apply, unchanged, to val."""
+    vis = np.broadcast_to(visible, labels["occupancy"].shape)
+    out = {}
+    for name, ch in BINARY_MAPS.items():
+        p, true = pred[:, ch][vis], labels[name].astype(bool)[vis]
+        ious = [_iou(p > t, true) for t in grid]
+        scores = [-1.0 if math.isnan(v) else v for v in ious]
+        out[name] = float(grid[int(np.argmax(scores))])
     return out
 
 
@@ -64,22 +95,45 @@ def prior_prediction(train: FrameCache, n: int) -> np.ndarray:
     return np.broadcast_to(maps, (n, *maps.shape))
 
 
+CALIBRATION_FRAMES = 1024  # training frames (evenly spread) the thresholds are chosen on
+
+
 def evaluate_perception(net: PerceptionNet, val: FrameCache, train: FrameCache | None = None) -> dict:
     """Metrics on ``val`` overall (``all``) and per kind (``by_kind``), each with the train prior's IoUs
-    beside (``prior_*``) when ``train`` is given."""
+    beside (``prior_*``) when ``train`` is given, and then also the IoUs at thresholds chosen on up to
+    ``CALIBRATION_FRAMES`` training frames (``*_iou_cal``; the thresholds in ``thresholds`` and
+    ``prior_thresholds``)."""
     a = val.arrays
     pred = predict(net, a["cameras"], ego=a.get("ego"))
     prior = prior_prediction(train, len(pred)) if train is not None else None
+    cal: dict[str, float] | None = None
+    prior_cal: dict[str, float] | None = None
+    if train is not None and len(train):
+        t = train.arrays
+        sub = np.unique(np.linspace(0, len(train) - 1, min(len(train), CALIBRATION_FRAMES)).astype(int))
+        t_labels = {k: t[k][sub] for k in LABEL_KEYS}
+        t_pred = predict(net, t["cameras"][sub], ego=None if t.get("ego") is None else t["ego"][sub])
+        cal = choose_thresholds(t_pred, t_labels, train.visible)
+        prior_cal = choose_thresholds(prior_prediction(train, len(sub)), t_labels, train.visible)
+    ious = [f"{name}_iou" for name in BINARY_MAPS]
 
     def block(idx: np.ndarray) -> dict:
         labels = {k: a[k][idx] for k in LABEL_KEYS}
         m = perception_metrics(pred[idx], labels, val.visible)
+        if cal is not None:
+            c = perception_metrics(pred[idx], labels, val.visible, cal)
+            m.update({f"{k}_cal": c[k] for k in ious})
         if prior is not None:
             p = perception_metrics(prior[idx], labels, val.visible)
-            m.update({f"prior_{k}": p[k] for k in ("occupancy_iou", "drivable_iou", "lane_iou", "velocity_error")})
+            m.update({f"prior_{k}": p[k] for k in (*ious, "velocity_error")})
+            if prior_cal is not None:
+                pc = perception_metrics(prior[idx], labels, val.visible, prior_cal)
+                m.update({f"prior_{k}_cal": pc[k] for k in ious})
         return m
 
-    out = {"all": block(np.arange(len(pred))), "by_kind": {}}
+    out: dict[str, Any] = {"all": block(np.arange(len(pred))), "by_kind": {}}
+    if cal is not None:
+        out["thresholds"], out["prior_thresholds"] = cal, prior_cal
     for i, kind in enumerate(val.kinds):
         idx = np.flatnonzero(a["kind"] == i)
         if len(idx):
@@ -91,6 +145,8 @@ def metrics_table(m: Mapping[str, Any]) -> str:
     """The metrics as a markdown table (one row per kind, then all)."""
     cols: tuple[str, ...] = ("occupancy_iou", "prior_occupancy_iou", "velocity_error", "drivable_iou")
     cols = (*cols, "prior_drivable_iou", "lane_iou", "prior_lane_iou")
+    if "occupancy_iou_cal" in m["all"]:
+        cols = (*cols, "occupancy_iou_cal", "prior_occupancy_iou_cal", "drivable_iou_cal", "lane_iou_cal")
     lines = ["| kind | frames | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
 
     def fmt(v):
@@ -98,4 +154,11 @@ def metrics_table(m: Mapping[str, Any]) -> str:
 
     for kind, row in [*m.get("by_kind", {}).items(), ("all", m["all"])]:
         lines.append(f"| {kind} | {row['frames']} | " + " | ".join(fmt(row.get(c)) for c in cols) + " |")
+    if m.get("thresholds"):
+        chosen = ", ".join(f"{k} {v:.2f}" for k, v in m["thresholds"].items())
+        prior = ", ".join(f"{k} {v:.2f}" for k, v in (m.get("prior_thresholds") or {}).items())
+        lines += [
+            "",
+            f"*_cal: at the thresholds with the best IoU on training frames ({chosen}; the prior's: {prior}).",
+        ]
     return "\n".join(lines)

@@ -178,4 +178,11 @@ def run_stage(
             f"(prior {m.get('prior_drivable_iou', 0):.3f}), lane IoU {m['lane_iou']:.3f} "
             f"(prior {m.get('prior_lane_iou', 0):.3f})"
         )
+        if "occupancy_iou_cal" in m:
+            t = result.metrics.get("thresholds", {})
+            say(
+                f"perception on val at thresholds chosen on train (occupancy {t.get('occupancy', 0):.2f}): occupancy "
+                f"IoU {m['occupancy_iou_cal']:.3f} (prior {m.get('prior_occupancy_iou_cal', 0):.3f}), drivable "
+                f"{m['drivable_iou_cal']:.3f}, lane {m['lane_iou_cal']:.3f}"
+            )
     return result, info

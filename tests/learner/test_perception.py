@@ -117,6 +117,23 @@ def test_frame_cache_renders_once_checks_and_repairs(tmp_path, suite, caplog):
     assert other.folder != cache.folder and other.rendered == 8
 
 
+def test_an_interrupted_repair_keeps_the_intact_shards_ahead(tmp_path, suite):
+    cache = FrameCache.build(str(suite), ENV, CFG, 1, name="i", root=tmp_path)  # 2 clips x 10 steps: 5 shards
+    assert cache.rendered == 20 and len(cache.index["shards"]) == 5
+    (cache.folder / "shard-00001.npz").unlink()
+
+    def stop(msg):
+        raise KeyboardInterrupt(msg)
+
+    with pytest.raises(KeyboardInterrupt, match="shard 2/5 rendered"):
+        FrameCache.build(str(suite), ENV, CFG, 1, name="i", root=tmp_path, progress=stop)
+    # shards 0, 2, 3, 4 are intact and still listed: at most the interrupted shard is rendered again
+    again = FrameCache.build(str(suite), ENV, CFG, 1, name="i", root=tmp_path)
+    assert again.rendered <= 4 and len(again.index["shards"]) == 5
+    for k in cache.arrays:
+        np.testing.assert_array_equal(again.arrays[k], cache.arrays[k])
+
+
 def test_frame_cache_is_bounded(tmp_path, suite, caplog):
     per_frame = 3 * 16 * 32 * 3 + 11 * 16 * 16 + 24  # bytes: images and labels
     cfg = PerceptionConfig(**{**CFG.__dict__, "cache_mb": 5.5 * per_frame / 2**20})
@@ -188,6 +205,24 @@ def test_metrics_by_hand():
     vis = np.ones((G, G), bool)
     vis[1, 3] = False
     assert perception_metrics(pred, labels, vis)["occupancy_iou"] == pytest.approx(1 / 2)
+    # at threshold 0.95 nothing is occupied (IoU 0); drivable at 0.85 nothing either
+    m = perception_metrics(pred, labels, np.ones((G, G), bool), {"occupancy": 0.95, "drivable": 0.85})
+    assert m["occupancy_iou"] == 0.0 and m["drivable_iou"] == 0.0
+
+
+def test_thresholds_chosen_by_iou():
+    from learner.perception.metrics import choose_thresholds
+
+    G = 4
+    occ = np.zeros((1, G, G), np.uint8)
+    occ[0, 0, :2] = 1  # two occupied cells, scored 0.92 and 0.62; two free cells scored 0.72 and 0.32
+    pred = np.zeros((1, 5, G, G), np.float32)
+    pred[0, 0, 0, :4] = (0.92, 0.62, 0.72, 0.32)
+    pred[0, 3] = 0.4  # drivable everywhere: any threshold below 0.4 gives IoU 1
+    labels = {"occupancy": occ, "drivable": np.ones((1, G, G), np.uint8), "lane": np.zeros((1, G, G), np.uint8)}
+    # by hand: t < 0.32: 2/4; 0.32 <= t < 0.62: 2/3; 0.62 <= t < 0.72: 1/3 ... best 2/3 from 0.35 (the grid's)
+    t = choose_thresholds(pred, labels, np.ones((G, G), bool))
+    assert t == {"occupancy": 0.35, "drivable": 0.05, "lane": 0.05}  # lane: IoU undefined everywhere, the lowest
 
 
 def test_positive_weights_and_the_learning_rate_by_hand():
@@ -238,6 +273,10 @@ def test_training_learns_checkpoints_and_resumes(tmp_path, suite):
     losses = [h["loss"] for h in whole.history]
     assert losses[-1] < losses[0] and len(losses) == 4
     assert set(whole.metrics["by_kind"]) == {"lane_keep_straight"} and whole.metrics["all"]["frames"] == 20
+    # thresholds chosen on the training frames (here also val): 0.5 is on their grid, so never worse there
+    assert set(whole.metrics["thresholds"]) == {"occupancy", "drivable", "lane"}
+    for name in ("occupancy", "drivable"):
+        assert whole.metrics["all"][f"{name}_iou_cal"] >= whole.metrics["all"][f"{name}_iou"]
     rs = CheckpointStore(tmp_path / "store").run("r-perception")
     half = train_perception(
         PerceptionConfig(**{**CFG.__dict__, "epochs": 2}), SMALL, frames, frames, seed=1, run_store=rs
