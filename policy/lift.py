@@ -8,7 +8,11 @@ forward pass is a small CNN per image, one ``grid_sample`` and a small CNN on th
 Cl = ``lift_channels``, Cb = ``bev_channels``, E = ``embed_dim``):
 
     images uint8 [B, F*C, H, W, 3]                      (now, then k steps ago, each the rig's C cameras)
-      -> normalise -> backbone: conv 5x5 /4, conv 3x3 /2, conv 1x1   -> [B*F*C, Cl, H/8, W/8]
+      -> normalise -> backbone (``lift_backbone``)                    -> [B*F*C, Cl, h, w]
+           small: conv 5x5 /4, conv 3x3 /2, conv 1x1                   (h, w = H/8, W/8)
+           deep:  conv 3x3 /2 (8), conv 3x3 /2, conv 3x3 (16) = f4;    (h, w = H/4, W/4)
+                  conv 3x3 /2, conv 3x3 (32) = f8;
+                  conv 1x1 over [f4, f8 upsampled x2]
       -> grid_sample at each camera's projections of the grid points  -> [B, F, C, Cl, Z, G, G]
       -> mean over the cameras that see the point (others masked out) -> [B, F*Cl*Z, G, G]
       (+ the ego's speed / 10 and yaw rate, constant over the grid)   -> [B, F*Cl*Z + 2, G, G]
@@ -56,6 +60,9 @@ class LiftSettings(Protocol):
 
     @property
     def lift_heights(self) -> tuple[float, ...]: ...
+
+    @property
+    def lift_backbone(self) -> str: ...
 
     @property
     def lift_channels(self) -> int: ...
@@ -111,6 +118,35 @@ def _conv(c_in: int, c_out: int, k: int, stride: int = 1) -> nn.Sequential:
     return nn.Sequential(conv, nn.ReLU())
 
 
+class DeepBackbone(nn.Module):
+    """images [N, 3, H, W] -> [N, Cl, H/4, W/4]: five 3x3 convolutions down to 1/8 of the image (receptive
+    field ~39 px against ~13 of ``small``), and the 1/4 features beside the 1/8 ones upsampled, so a car a
+    few pixels wide still has its own feature cell (the lift samples them bilinearly, at any resolution)."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.down4 = nn.Sequential(_conv(3, 8, 3, 2), _conv(8, 16, 3, 2), _conv(16, 16, 3))
+        self.down8 = nn.Sequential(_conv(16, 32, 3, 2), _conv(32, 32, 3))
+        self.out = _conv(16 + 32, channels, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        f4 = self.down4(x)
+        f8 = F.interpolate(self.down8(f4), size=f4.shape[-2:], mode="nearest")
+        return self.out(torch.cat([f4, f8], 1))
+
+
+LIFT_BACKBONES = ("small", "deep")
+
+
+def make_backbone(kind: str, channels: int) -> nn.Module:
+    """The per-image CNN of the lift encoder (``policy.lift_backbone``)."""
+    if kind == "small":
+        return nn.Sequential(_conv(3, 16, 5, 4), _conv(16, 32, 3, 2), _conv(32, channels, 1))
+    if kind == "deep":
+        return DeepBackbone(channels)
+    raise ValueError(f"policy.lift_backbone: expected one of {', '.join(LIFT_BACKBONES)}, got {kind!r}")
+
+
 class LiftEncoder(nn.Module):
     """cameras uint8 [B, F*C, H, W, 3] -> BEV features [B, Cb, G, G] (``bev``) -> [B, E] (``forward``)."""
 
@@ -134,7 +170,7 @@ class LiftEncoder(nn.Module):
         self.register_buffer("img_mean", torch.tensor(cfg.image_mean).view(1, 3, 1, 1))
         self.register_buffer("img_std", torch.tensor(cfg.image_std).view(1, 3, 1, 1))
         Cl, Cb = cfg.lift_channels, cfg.bev_channels
-        self.backbone = nn.Sequential(_conv(3, 16, 5, 4), _conv(16, 32, 3, 2), _conv(32, Cl, 1))
+        self.backbone = make_backbone(cfg.lift_backbone, Cl)
         grid, valid = projections(rig, grid_points(self.cells, cfg.bev_range_m, cfg.bev_behind_m, cfg.lift_heights))
         # derived from the rig and the grid, so not saved (a checkpoint loads only into the same rig and grid)
         self.register_buffer("sample_grid", torch.from_numpy(grid)[:, None], persistent=False)  # [C, 1, N, 2]

@@ -58,7 +58,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from envs.config import CRITIC_PREFIX
-from policy.lift import LiftEncoder
+from policy.lift import LIFT_BACKBONES, LiftEncoder
 from scenarios.actions import ActionSpec
 from sim.configs import field
 
@@ -111,6 +111,12 @@ class PolicyConfig:
     lift_heights: tuple[float, ...] = field(
         (0.25, 0.85, 1.45), help="camera_encoder=lift: heights above the ground (m) at which each cell is looked up"
     )
+    lift_backbone: str = field(
+        "small",
+        help="camera_encoder=lift: the per-image CNN: 'small' (conv 5x5 /4, conv 3x3 /2: features at 1/8 of the "
+        "image) or 'deep' (five 3x3 convs to 1/8 and the 1/4 features beside the 1/8 ones: sharper, ~3x the "
+        "backbone's compute)",
+    )
     lift_channels: int = field(16, help="camera_encoder=lift: image feature channels lifted into the grid")
     bev_channels: int = field(16, help="camera_encoder=lift: channels of the grid's CNN")
     camera_fusion: str = field(
@@ -157,6 +163,11 @@ class PolicyConfig:
                 raise ValueError(
                     f"PolicyConfig: lift needs heights and bev_cells a multiple of 4, got {self.lift_heights}, "
                     f"{self.bev_cells}"
+                )
+            if self.lift_backbone not in LIFT_BACKBONES:
+                raise ValueError(
+                    f"PolicyConfig.lift_backbone: expected one of {', '.join(LIFT_BACKBONES)}, "
+                    f"got {self.lift_backbone!r}"
                 )
             if not (self.bev_range_m > 0 and self.bev_behind_m >= 0 and min(self.lift_channels, self.bev_channels)):
                 raise ValueError("PolicyConfig: bev_range_m > 0, bev_behind_m >= 0, lift/bev_channels >= 1 are needed")

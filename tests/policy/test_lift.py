@@ -49,12 +49,16 @@ def test_ground_points_seen_are_the_perception_stages_visible_cells():
     assert not (seen & ~vis).any() and seen.sum() >= 0.8 * vis.sum()
 
 
-def test_a_cells_feature_comes_from_the_pixels_it_projects_to():
+@pytest.mark.parametrize("backbone", ["small", "deep"])
+def test_a_cells_feature_comes_from_the_pixels_it_projects_to(backbone):
     """Bright pixels around one grid point's projection in the front camera light up that cell (and cells
-    along its ray), never the cells behind the ego or ones no camera sees there."""
+    along its ray), never the cells behind the ego or ones no camera sees there; with either backbone (the
+    deep one's features at 1/4 of the image, the small one's at 1/8)."""
     torch.manual_seed(0)
-    cfg = PolicyConfig(camera_encoder="lift", lift_heights=(0.85,), embed_dim=32)
+    cfg = PolicyConfig(camera_encoder="lift", lift_heights=(0.85,), embed_dim=32, lift_backbone=backbone)
     enc = LiftEncoder(3, 64, 128, cfg)
+    feats = enc.backbone(torch.zeros(2, 3, 64, 128))
+    assert feats.shape == ((2, 16, 16, 32) if backbone == "deep" else (2, 16, 8, 16))
     with torch.no_grad():  # a backbone that passes brightness through: every channel = mean of the pixels
         for m in enc.backbone.modules():
             if isinstance(m, torch.nn.Conv2d):
@@ -88,6 +92,8 @@ def test_two_frames_and_the_frozen_part():
     assert all(p.requires_grad for p in enc.reduce.parameters())  # the policy still learns to read the grid
     with pytest.raises(ValueError, match="lift_rig"):
         ActorCritic(example_observation_space(4, 64, 128, CAMERA_PARTS), ActionSpec(), LIFT)
+    with pytest.raises(ValueError, match="lift_backbone: expected one of small, deep"):
+        PolicyConfig(camera_encoder="lift", lift_backbone="huge")
 
 
 def test_perception_heads_read_the_lifted_grid_and_the_grids_must_agree():
