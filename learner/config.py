@@ -192,7 +192,7 @@ class PerceptionConfig:
         20.0,
         help="cap of the positive-class weight of each BCE loss (negatives / positives over visible cells): rare "
         "classes (agents fill ~1 % of the grid) weighted up to it; a high cap buys recall with false positives at "
-        "the 0.5 threshold the IoUs use",
+        "the threshold 0.5 (the *_iou_cal metrics use thresholds chosen on training frames instead)",
     )
     lr_final_fraction: float = field(1.0, help="linear decay of the learning rate to lr * this by the last epoch")
     cache_mb: float = field(4096.0, help="size cap of each frame cache (train, val) in MB: fewer frames beyond it")
