@@ -52,6 +52,7 @@ from learner.learner import Demos, LearnerSettings, NonFiniteLoss
 from learner.perception import perception_run_name
 from learner.stages import Stages, il_snapshot_name
 from learner.tracking import Tracker, closing_lines, run_folder
+from policy.network import PolicyConfig, upgrade_policy_config
 from rollout.cluster import connect
 from rollout.group import ActorResources, RolloutGroup
 from rollout.worker import WorkerSpec, build_env, build_policy
@@ -85,6 +86,28 @@ def config_changes(before: dict, after: dict, prefix: str = "") -> list[str]:
         elif a != b:
             out.append(f"{prefix}{k}: {a!r} -> {b!r}")
     return out
+
+
+def saved_config(saved: dict) -> dict:
+    """A checkpoint's config.json with its ``policy`` read as the network it was built as (the settings it
+    predates filled in by policy.network.upgrade_policy_config, not by today's defaults)."""
+    if isinstance(saved.get("policy"), dict):
+        saved = {**saved, "policy": upgrade_policy_config(saved["policy"])}
+    return saved
+
+
+def network_changes(saved: dict, policy: PolicyConfig) -> list[str]:
+    """``policy.<key>: old -> new`` for every network setting of a checkpoint's config.json (read through
+    saved_config) that this command's ``policy`` changes: its weights fit neither."""
+    before = saved_config(saved).get("policy")
+    if not isinstance(before, dict):
+        return []
+    try:
+        before = to_dict(from_dict(PolicyConfig, before))
+    except ConfigError as e:  # an older layout of the config: nothing to compare it with
+        log.warning("config.json 'policy' is not this code's PolicyConfig (%s); not compared", e)
+        return []
+    return config_changes(before, to_dict(policy), "policy.")
 
 
 def default_run_name() -> str:
@@ -362,7 +385,7 @@ class Trainer(Stages):
         named (more iterations, another learning rate: fine); another network is refused, since the
         checkpoint's weights are that network's."""
         try:
-            before = to_dict(from_dict(TrainConfig, saved))
+            before = to_dict(from_dict(TrainConfig, saved_config(saved)))
         except ConfigError as e:  # written by an older layout of the config: nothing to compare it with
             log.warning("checkpoint %d: config.json is not this code's TrainConfig (%s); not compared", version, e)
             return
@@ -390,6 +413,14 @@ class Trainer(Stages):
         ck = rs.load(version) if version is not None else rs.load_latest()
         if ck is None:
             raise ValueError(f"init_from={src!r}: run {run!r} has no committed checkpoint in {self.store.uri}")
+        if "config.json" in ck.files:
+            changes = network_changes(json.loads(ck.files["config.json"]), self.cfg.policy)
+            if changes:
+                raise ConfigError(
+                    f"init_from={src!r}: checkpoint {ck.version} holds the weights of another network ("
+                    + "; ".join(changes)
+                    + "); train stage rl with that run's policy settings"
+                )
         self.tracker.progress(f"stage rl starts from {run} checkpoint {ck.version}")
         return ckpt_io.policy_weights(ck.files)
 

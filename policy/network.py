@@ -178,6 +178,18 @@ class PolicyConfig:
                 raise ValueError(f"PolicyConfig.{name}: expected >= 1, got {getattr(self, name)}")
 
 
+# Settings added after checkpoints were written with the network they now name: a saved policy config that
+# lacks one was built the way it names (lift_backbone: the small CNN was the only one before it was a setting)
+LEGACY_POLICY_DEFAULTS = {"lift_backbone": "small"}
+
+
+def upgrade_policy_config(saved: dict) -> dict:
+    """A saved PolicyConfig dict (a checkpoint's config.json ``policy``, a perception run's ``policy_config``)
+    with the settings it predates filled in as the network it holds was built (LEGACY_POLICY_DEFAULTS), so
+    that it reads the same whatever the defaults are now."""
+    return {**LEGACY_POLICY_DEFAULTS, **saved}
+
+
 class PolicyOutput(NamedTuple):
     """action, log_prob, entropy: [B, 2] (lateral, longitudinal); values: [B, 2] (lateral, longitudinal part).
 

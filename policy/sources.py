@@ -68,7 +68,7 @@ from policy.exported import (
     read_policy_json,
     verify_files,
 )
-from policy.network import ActorCritic, ExportPolicy, PolicyConfig
+from policy.network import ActorCritic, ExportPolicy, PolicyConfig, upgrade_policy_config
 from policy.rebuild import guess_rig, rebuild_obs_space
 from policy.source_spec import SYNTAX, SourceSpec, parse_source, redact_tree, redact_uri
 from policy.spaces import (
@@ -295,7 +295,7 @@ def _resolve_checkpoint(s: SourceSpec) -> PolicySource:
     except ValueError as e:
         raise PolicySourceError(f"{where}: config.json field 'env': {e}") from None
     try:
-        from_dict(PolicyConfig, dict(pol_over))
+        from_dict(PolicyConfig, upgrade_policy_config(pol_over))
     except ConfigError as e:
         raise PolicySourceError(f"{where}: config.json field 'policy': {e}") from None
 
@@ -352,7 +352,7 @@ def _redacted(config: dict) -> dict:
 def _build_network(obs_space, action_spec, policy_config: Mapping[str, Any], where: str, weights=None):
     """The ActorCritic of a policy config; a config from before ``critic`` existed gets the critic its
     weights hold (a separate one has ``critic_*`` parameters, else the head sat on the shared trunk)."""
-    policy_config = dict(policy_config)
+    policy_config = upgrade_policy_config(dict(policy_config))
     if "critic" not in policy_config and weights is not None:
         policy_config["critic"] = "separate" if any(k.startswith("critic_") for k in weights) else "shared"
     try:

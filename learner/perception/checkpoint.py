@@ -15,8 +15,8 @@ from torch import nn
 
 from learner.config import PerceptionConfig
 from learner.perception.cache import FrameCache
-from policy.network import PolicyConfig
-from sim.configs import to_dict
+from policy.network import PolicyConfig, upgrade_policy_config
+from sim.configs import ConfigError, to_dict
 from store import (
     Checkpoint,
     RunStore,
@@ -48,6 +48,15 @@ def perception_run_name(run: str, shared: str = "") -> str:
 def lease_owner() -> str:
     """An owner name for a store lease: host, process and a random tag."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def policy_changes(saved: dict | None, policy_cfg: PolicyConfig) -> list[str]:
+    """``key: old -> new`` for every setting of ``policy_cfg`` that a checkpoint's saved policy config (read
+    as the network it was built as: policy.network.upgrade_policy_config) differs in."""
+    if not isinstance(saved, dict):
+        return []
+    now, before = json_safe(to_dict(policy_cfg)), json_safe(upgrade_policy_config(saved))
+    return [f"policy.{k}: {before[k]!r} -> {now[k]!r}" for k in sorted(now) if k in before and before[k] != now[k]]
 
 
 def write_checkpoint(
@@ -91,11 +100,24 @@ def write_checkpoint(
         log.debug("perception checkpoints not pruned: %s", e)
 
 
-def restore_checkpoint(ck: Checkpoint, net: nn.Module, opt: torch.optim.Optimizer) -> dict:
+def restore_checkpoint(
+    ck: Checkpoint, net: nn.Module, opt: torch.optim.Optimizer, policy_cfg: PolicyConfig | None = None, where: str = ""
+) -> dict:
     """Load a checkpoint's network and optimizer state into ``net`` and ``opt``; returns its
-    ``perception.json`` (epoch, done, history, metrics, frames_per_s...)."""
+    ``perception.json`` (epoch, done, history, metrics, frames_per_s...). With ``policy_cfg`` (the network
+    ``net`` was built from), a checkpoint of another encoder is refused naming the settings that differ."""
     meta = from_json_bytes(ck.files[META_FILE])
-    net.load_state_dict(bytes_to_tensors(ck.files[STATE_FILE]))
+    changes = policy_changes(meta.get("policy_config"), policy_cfg) if policy_cfg is not None else []
+    try:
+        net.load_state_dict(bytes_to_tensors(ck.files[STATE_FILE]))
+    except RuntimeError as e:
+        differs = "; ".join(changes) or "no policy setting differs"
+        raise ConfigError(
+            f"perception checkpoint {where or ck.version} holds another encoder ({differs}): name another "
+            f"perception.run, or train with its policy settings ({str(e).splitlines()[0]})"
+        ) from None
+    if changes:
+        log.warning("perception checkpoint %s was trained with other policy settings: %s", where, "; ".join(changes))
     opt.load_state_dict(
         optimizer_state_from_payload(bytes_to_tensors(ck.files[OPT_FILE]), from_json_bytes(ck.files[OPT_TREE_FILE]))
     )

@@ -75,7 +75,7 @@ def train_perception(
     if run_store is not None and run_store.latest() is not None:
         ck = run_store.load_latest()
         assert ck is not None
-        meta = restore_checkpoint(ck, net, opt)
+        meta = restore_checkpoint(ck, net, opt, policy_cfg, where=f"{run_store.uri}@{ck.version}")
         start, history = int(meta["epoch"]), list(meta.get("history", []))
         if meta.get("done") and start >= cfg.epochs:
             say(f"perception: finished earlier ({start} epochs, {run_store.uri}@{ck.version}); not trained again")

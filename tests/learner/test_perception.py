@@ -4,6 +4,7 @@ checkpoints every epoch and resumes (a finished stage is not trained again)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -25,10 +26,12 @@ from learner.perception import (
     visible_cells,
     with_encoder,
 )
+from learner.perception.checkpoint import policy_changes
 from policy.network import ActorCritic, PolicyConfig, example_observation_space
 from scenarios import save
 from scenarios.actions import ActionSpec
 from sim.camera import make_rig
+from sim.configs import ConfigError, to_dict
 from store import CheckpointStore
 from tests.envs.handmade import straight_scenario
 
@@ -293,6 +296,20 @@ def test_training_learns_checkpoints_and_resumes(tmp_path, suite):
     assert done.resumed_done and rs.latest() == latest and done.metrics["all"]["frames"] == 20
     for k, v in resumed.encoder.items():
         assert torch.equal(done.encoder[k], v)
+    # a perception run of another encoder is refused, naming what differs (not torch's missing keys)
+    other = dataclasses.replace(SMALL, cnn_channels=(4, 16))
+    with pytest.raises(ConfigError, match=r"another encoder \(policy.cnn_channels: \[8, 16\] -> \[4, 16\]\)"):
+        train_perception(cfg4, other, frames, frames, seed=1, run_store=rs)
+    assert rs.latest() == latest
+
+
+def test_a_perception_checkpoint_from_before_lift_backbone_means_the_small_cnn():
+    lift = PolicyConfig(camera_encoder="lift", embed_dim=32)
+    saved = {k: v for k, v in to_dict(lift).items() if k != "lift_backbone"}  # written before the setting
+    assert policy_changes(saved, lift) == []
+    deep = dataclasses.replace(lift, lift_backbone="deep")
+    assert policy_changes(saved, deep) == ["policy.lift_backbone: 'small' -> 'deep'"]
+    assert policy_changes({**saved, "lift_backbone": "deep"}, deep) == []
 
 
 def test_train_help_documents_stage_perception(capsys):

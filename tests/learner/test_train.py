@@ -17,7 +17,8 @@ import yaml
 
 from learner import checkpoint as ckpt_io
 from learner.config import TrainConfig
-from learner.train import train
+from learner.train import network_changes, saved_config, train
+from policy.network import PolicyConfig
 from scenarios import save
 from sim.configs import ConfigError, from_dict
 from store import CheckpointStore, RunLocked
@@ -100,6 +101,30 @@ def test_train_checkpoint_resume_evaluate(tmp_path, suite, capsys):
     with pytest.raises(ConfigError, match=r"another network \(policy.embed_dim: 32 -> 16\)"):
         train(tiny(tmp_path, suite, iterations=5, policy={"embed_dim": 16, "hidden_dim": 64}))
     assert rs.latest() == latest
+    # and so is stage rl started from it with another network
+    with pytest.raises(ConfigError, match=r"init_from='tiny'.*another network \(policy.embed_dim: 32 -> 16\)"):
+        train(
+            tiny(
+                tmp_path, suite, run="tiny-rl", stage="rl", init_from="tiny", policy={"embed_dim": 16, "hidden_dim": 64}
+            )
+        )
+
+
+def test_a_checkpoint_from_before_a_network_setting_reads_as_it_was_built():
+    """A config.json written before policy.lift_backbone existed holds the small CNN's weights: read back
+    it means 'small' whatever training's default is now, so a resume or init_from with the deep backbone
+    is refused naming the key, and one with 'small' is not."""
+    old = {"stage": "il+rl", "policy": {"camera_encoder": "lift", "embed_dim": 32}}
+    assert saved_config(old)["policy"]["lift_backbone"] == "small" and "lift_backbone" not in old["policy"]
+    deep = PolicyConfig(camera_encoder="lift", embed_dim=32, lift_backbone="deep")
+    assert network_changes(old, deep) == ["policy.lift_backbone: 'small' -> 'deep'"]
+    assert network_changes(old, PolicyConfig(camera_encoder="lift", embed_dim=32)) == []
+    new = {"policy": {"camera_encoder": "lift", "embed_dim": 32, "lift_backbone": "deep"}}
+    assert network_changes(new, deep) == []
+    assert network_changes(new, PolicyConfig(camera_encoder="lift", embed_dim=16, lift_backbone="deep")) == [
+        "policy.embed_dim: 32 -> 16"
+    ]
+    assert from_dict(TrainConfig, saved_config({"policy": old["policy"]})).policy.lift_backbone == "small"
 
 
 @pytest.mark.slow
