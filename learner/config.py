@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from envs.config import EnvConfig
 from policy.network import PolicyConfig
 from rollout.group import check_resources
+from scenarios.format import DEFAULT_DT
 from sim.configs import coerce_fields, field
 from store import check_name
 
@@ -340,6 +341,12 @@ class TrainConfig:
                 )
             pol = dataclasses.replace(pol, bev_cells=per.cells, bev_range_m=per.range_m, bev_behind_m=per.behind_m)
             object.__setattr__(self, "policy", pol)  # the lift's grid left as it was follows the perception grid
+        gap = self.env.camera_history * DEFAULT_DT
+        if pol.camera_encoder == "lift" and pol.lift_align_s and abs(pol.lift_align_s - gap) > 1e-6:
+            raise ValueError(
+                f"policy.lift_align_s={pol.lift_align_s} must be the gap between the two frames, env.camera_history="
+                f"{self.env.camera_history} x {DEFAULT_DT} s = {gap:g} s (0 to lift both frames at the same points)"
+            )
         if pol.camera_encoder == "lift" and self.env.rig not in (None, pol.lift_rig):
             raise ValueError(
                 f"policy.lift_rig={pol.lift_rig!r} must be env.rig={self.env.rig!r} (the geometry it lifts with)"

@@ -14,6 +14,7 @@ Cl = ``lift_channels``, Cb = ``bev_channels``, E = ``embed_dim``):
                   conv 3x3 /2, conv 3x3 (32) = f8;
                   conv 1x1 over [f4, f8 upsampled x2]
       -> grid_sample at each camera's projections of the grid points  -> [B, F, C, Cl, Z, G, G]
+           (the earlier frame's at the points' projections 0.3 s ago with ``lift_align_s``)
       -> mean over the cameras that see the point (others masked out) -> [B, F*Cl*Z, G, G]
       (+ the ego's speed / 10 and yaw rate, constant over the grid)   -> [B, F*Cl*Z + 2, G, G]
       -> bev: conv 1x1, conv 3x3, conv 3x3 (ReLU)                     -> [B, Cb, G, G]   (``bev``)
@@ -28,6 +29,13 @@ The grid points are cell centres at heights ``lift_heights`` above the ground (t
 The ego's own motion (speed and yaw rate: the first two features of the ego part in either mode) joins the
 grid: with two frames the network sees how things moved against the ego, and velocities over the ground
 (the labels, and what a planner needs) are that plus the ego's own. Without it (``ego`` None) it is zero.
+
+With ``lift_align_s`` (the frames' gap, 0.3 s in training) the earlier frame is not looked up at the grid's
+points but where they were then (``earlier_points``: the ego's arc over the gap from its speed and yaw rate,
+undone), projected per sample (``project``, the torch twin of ``projections``: [B, N, 3] -> [B, C, N, 2]):
+still things then fall in the same cells in both frames, so what differs between them is what moved, and a
+cell's velocity is a local difference rather than one the grid CNN must first subtract the ego's motion from.
+The first steps of an episode, whose earlier frame is a copy of the first one, are aligned all the same.
 """
 
 from __future__ import annotations
@@ -63,6 +71,9 @@ class LiftSettings(Protocol):
 
     @property
     def lift_backbone(self) -> str: ...
+
+    @property
+    def lift_align_s(self) -> float: ...
 
     @property
     def lift_channels(self) -> int: ...
@@ -109,6 +120,52 @@ def projections(rig: CameraRig, points: np.ndarray) -> tuple[np.ndarray, np.ndar
         grids.append(np.where(ok[:, None], np.stack([gx, gy], 1), -2.0))  # outside: zeros padding
         valid.append(ok)
     return np.stack(grids).astype(np.float32), np.stack(valid)
+
+
+def earlier_points(points: torch.Tensor, motion: torch.Tensor, seconds: float) -> torch.Tensor:
+    """Ego-frame points now [N, 3] -> the same (still) points in the ego frame ``seconds`` earlier, [B, N, 3],
+    from the ego's speed (m/s) and yaw rate (rad/s) now, ``motion`` [B, 2], held over them: the ego drove an arc
+    of length d = v t turning dθ = ω t, so it now stands at the chord d sinc(dθ/2) at angle dθ/2 of the earlier
+    frame, turned by dθ; a point p now was at R(dθ) p + chord then."""
+    v, w = motion[:, 0:1], motion[:, 1:2]  # [B, 1]
+    turn = w * seconds
+    half = 0.5 * turn
+    small = half.abs() < 1e-4
+    safe = torch.where(small, torch.ones_like(half), half)
+    sinc = torch.where(small, 1.0 - half * half / 6.0, torch.sin(safe) / safe)
+    chord = v * seconds * sinc
+    c, s = torch.cos(turn), torch.sin(turn)
+    x, y, z = points[None, :, 0], points[None, :, 1], points[None, :, 2]  # [1, N]
+    px = c * x - s * y + chord * torch.cos(half)
+    py = s * x + c * y + chord * torch.sin(half)
+    return torch.stack([px, py, z.expand_as(px)], -1)
+
+
+def rig_tensors(rig: CameraRig) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The rig as float32 tensors for ``project``: cam_T_ego [C, 4, 4], (fx, fy, cx, cy) [C, 4], (W, H) [C, 2]."""
+    cam_T_ego = np.stack([np.linalg.inv(cam.ego_T_cam) for cam in rig.cameras])
+    intr = np.array([[cam.fx, cam.fy, cam.cx, cam.cy] for cam in rig.cameras])
+    size = np.array([[cam.width, cam.height] for cam in rig.cameras])
+    return tuple(torch.from_numpy(a.astype(np.float32)) for a in (cam_T_ego, intr, size))  # type: ignore[return-value]
+
+
+def project(
+    points: torch.Tensor, cam_T_ego: torch.Tensor, intr: torch.Tensor, size: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``projections`` in torch, per sample: ego-frame points [B, N, 3] -> (grid [B, C, N, 2] in grid_sample's
+    coordinates, -2 where not seen; valid [B, C, N] bool)."""
+    R, t = cam_T_ego[:, :3, :3], cam_T_ego[:, :3, 3]  # [C, 3, 3], [C, 3]
+    q = torch.matmul(points[:, None], R.transpose(1, 2)[None]) + t[None, :, None]  # [B, C, N, 3] camera frame
+    z = q[..., 2]
+    zs = torch.where(z > MIN_DEPTH_M, z, torch.ones_like(z))
+    fx, fy, cx, cy = (intr[None, :, i, None] for i in range(4))
+    u = fx * q[..., 0] / zs + cx
+    v = fy * q[..., 1] / zs + cy
+    gx = 2.0 * u / size[None, :, 0, None] - 1.0
+    gy = 2.0 * v / size[None, :, 1, None] - 1.0
+    ok = (z > MIN_DEPTH_M) & (gx.abs() <= 1.0) & (gy.abs() <= 1.0)
+    grid = torch.where(ok[..., None], torch.stack([gx, gy], -1), torch.full_like(q[..., :2], -2.0))
+    return grid, ok
 
 
 def _conv(c_in: int, c_out: int, k: int, stride: int = 1) -> nn.Sequential:
@@ -177,6 +234,14 @@ class LiftEncoder(nn.Module):
         w = valid.astype(np.float32)
         w = w / np.maximum(w.sum(0, keepdims=True), 1.0)  # the mean over the cameras that see a point
         self.register_buffer("weight", torch.from_numpy(w).view(C, 1, Z, self.cells, self.cells), persistent=False)
+        # lift_align_s > 0: the earlier frame is looked up where the grid's points were then (the ego's motion
+        # over the gap undone), so still things line up in both frames and what moved is what differs
+        self.align_s = float(cfg.lift_align_s) if self.frames == 2 else 0.0
+        if self.align_s:
+            pts = grid_points(self.cells, cfg.bev_range_m, cfg.bev_behind_m, cfg.lift_heights).reshape(-1, 3)
+            self.register_buffer("points", torch.from_numpy(pts.astype(np.float32)), persistent=False)
+            for name, t in zip(("cam_T_ego", "intrinsics", "image_size"), rig_tensors(rig)):
+                self.register_buffer(name, t, persistent=False)
         self.bev_net = nn.Sequential(
             _conv(self.frames * Cl * Z + len(EGO_SCALE), Cb, 1), _conv(Cb, Cb, 3), _conv(Cb, Cb, 3)
         )
@@ -199,16 +264,43 @@ class LiftEncoder(nn.Module):
         x = images.reshape(B * FC, H, W, 3).permute(0, 3, 1, 2).float()
         x = x.mul_(1.0 / (255.0 * self.img_std)).sub_(self.img_mean / self.img_std)
         f = self.backbone(x)  # [B*F*C, Cl, h, w]
-        Cl = f.shape[1]
-        grid = self.sample_grid.repeat(B * self.frames, 1, 1, 1)  # [B*F*C, 1, N, 2]
-        s = F.grid_sample(f, grid, mode="bilinear", padding_mode="zeros", align_corners=False)  # [B*F*C, Cl, 1, N]
-        G = self.cells
-        s = s.view(B * self.frames, self.cameras, Cl, -1, G, G)  # [B*F, C, Cl, Z, G, G]
-        s = (s * self.weight).sum(1).reshape(B, -1, G, G)  # [B, F*Cl*Z, G, G]
-        motion = torch.zeros(B, len(EGO_SCALE), dtype=s.dtype, device=s.device)
+        Cl, G = f.shape[1], self.cells
+        motion = torch.zeros(B, len(EGO_SCALE), dtype=f.dtype, device=f.device)
         if ego is not None:
-            motion = ego[:, : len(EGO_SCALE)].to(s.dtype) * torch.tensor(EGO_SCALE, dtype=s.dtype, device=s.device)
-        return self.bev_net(torch.cat([s, motion[:, :, None, None].expand(B, -1, G, G)], 1))
+            motion = ego[:, : len(EGO_SCALE)].to(f.dtype)  # speed m/s, yaw rate rad/s
+        if self.align_s:
+            s = self._lift_aligned(f, motion)
+        else:
+            grid = self.sample_grid.repeat(B * self.frames, 1, 1, 1)  # [B*F*C, 1, N, 2]
+            s = F.grid_sample(f, grid, mode="bilinear", padding_mode="zeros", align_corners=False)  # [B*F*C, Cl, 1, N]
+            s = s.view(B * self.frames, self.cameras, Cl, -1, G, G)  # [B*F, C, Cl, Z, G, G]
+            s = (s * self.weight).sum(1).reshape(B, -1, G, G)  # [B, F*Cl*Z, G, G]
+        scaled = motion * torch.tensor(EGO_SCALE, dtype=f.dtype, device=f.device)
+        return self.bev_net(torch.cat([s, scaled[:, :, None, None].expand(B, -1, G, G)], 1))
+
+    def _lift_aligned(self, f: torch.Tensor, motion: torch.Tensor) -> torch.Tensor:
+        """Both frames' features [B*2*C, Cl, h, w] lifted, the earlier one at the grid's points as they were
+        ``align_s`` earlier (earlier_points, projected per sample) -> [B, 2*Cl*Z, G, G]."""
+        C, G = self.cameras, self.cells
+        BFC, Cl, h, w = f.shape
+        B = BFC // (2 * C)
+        f = f.view(B, 2, C, Cl, h, w)
+        now = F.grid_sample(
+            f[:, 0].reshape(B * C, Cl, h, w), self.sample_grid.repeat(B, 1, 1, 1), mode="bilinear",
+            padding_mode="zeros", align_corners=False,
+        ).view(B, C, Cl, -1, G, G)  # fmt: skip
+        now = (now * self.weight).sum(1)  # [B, Cl, Z, G, G]
+        grid, ok = project(earlier_points(self.points, motion, self.align_s), self.cam_T_ego, self.intrinsics,
+                           self.image_size)  # fmt: skip
+        N = grid.shape[2]
+        then = F.grid_sample(
+            f[:, 1].reshape(B * C, Cl, h, w), grid.reshape(B * C, 1, N, 2), mode="bilinear", padding_mode="zeros",
+            align_corners=False,
+        ).view(B, C, Cl, N)  # fmt: skip
+        seen = ok.to(f.dtype)
+        seen = seen / seen.sum(1, keepdim=True).clamp(min=1.0)  # the mean over the cameras that see the point
+        then = (then * seen[:, :, None]).sum(1).view(now.shape)  # [B, Cl, Z, G, G]
+        return torch.stack([now, then], 1).reshape(B, -1, G, G)
 
     def forward(self, images: torch.Tensor, ego: torch.Tensor | None = None) -> torch.Tensor:
         return self.reduce(self.bev(images, ego))

@@ -117,6 +117,12 @@ class PolicyConfig:
         "image) or 'deep' (five 3x3 convs to 1/8 and the 1/4 features beside the 1/8 ones: sharper, ~3x the "
         "backbone's compute)",
     )
+    lift_align_s: float = field(
+        0.0,
+        help="camera_encoder=lift with two frames: the seconds between them (env.camera_history x 0.1 s). > 0: the "
+        "earlier frame is looked up where each grid point was then, the ego's motion over the gap undone from its "
+        "speed and yaw rate, so still things line up and what moved differs; 0: both frames at the same points",
+    )
     lift_channels: int = field(16, help="camera_encoder=lift: image feature channels lifted into the grid")
     bev_channels: int = field(16, help="camera_encoder=lift: channels of the grid's CNN")
     camera_fusion: str = field(
@@ -169,6 +175,8 @@ class PolicyConfig:
                     f"PolicyConfig.lift_backbone: expected one of {', '.join(LIFT_BACKBONES)}, "
                     f"got {self.lift_backbone!r}"
                 )
+            if not (math.isfinite(self.lift_align_s) and 0.0 <= self.lift_align_s <= 5.0):
+                raise ValueError(f"PolicyConfig.lift_align_s: expected seconds in [0, 5], got {self.lift_align_s!r}")
             if not (self.bev_range_m > 0 and self.bev_behind_m >= 0 and min(self.lift_channels, self.bev_channels)):
                 raise ValueError("PolicyConfig: bev_range_m > 0, bev_behind_m >= 0, lift/bev_channels >= 1 are needed")
         if self.camera_fusion not in ("concat", "mean"):
@@ -179,8 +187,9 @@ class PolicyConfig:
 
 
 # Settings added after checkpoints were written with the network they now name: a saved policy config that
-# lacks one was built the way it names (lift_backbone: the small CNN was the only one before it was a setting)
-LEGACY_POLICY_DEFAULTS = {"lift_backbone": "small"}
+# lacks one was built the way it names (lift_backbone: the small CNN was the only one before it was a setting;
+# lift_align_s: both frames were lifted at the same points)
+LEGACY_POLICY_DEFAULTS = {"lift_backbone": "small", "lift_align_s": 0.0}
 
 
 def upgrade_policy_config(saved: dict) -> dict:

@@ -13,7 +13,7 @@ import torch
 from learner.config import TrainConfig
 from learner.perception.heads import PerceptionNet
 from learner.perception.labels import BEVGrid, visible_cells
-from policy.lift import LiftEncoder, grid_points, projections
+from policy.lift import LiftEncoder, earlier_points, grid_points, project, projections, rig_tensors
 from policy.network import CAMERA_PARTS, ActorCritic, PolicyConfig, example_observation_space, random_obs
 from scenarios.actions import ActionSpec
 from sim.camera import make_rig
@@ -47,6 +47,76 @@ def test_ground_points_seen_are_the_perception_stages_visible_cells():
     # visible_cells asks only for the image's columns; the lift also for its rows (the ground beneath a
     # camera's lower edge is not in its image): every lifted cell is visible, and most visible ones lifted
     assert not (seen & ~vis).any() and seen.sum() >= 0.8 * vis.sum()
+
+
+def test_the_earlier_points_by_hand():
+    """The ego drove 10 m/s for 0.3 s: straight, a point now 1 m ahead was 4 m ahead then; turning left at
+    0.5 rad/s (dθ = 0.15) it was at R(0.15) p + the chord 3 sinc(0.075) at angle 0.075 (written out here)."""
+    p = torch.tensor([[1.0, 2.0, 0.5]])
+    out = earlier_points(p, torch.tensor([[10.0, 0.0], [10.0, 0.5], [0.0, 0.0]]), 0.3)
+    assert out.shape == (3, 1, 3)
+    torch.testing.assert_close(out[0, 0], torch.tensor([4.0, 2.0, 0.5]))
+    chord = 3.0 * math.sin(0.075) / 0.075
+    x = math.cos(0.15) * 1.0 - math.sin(0.15) * 2.0 + chord * math.cos(0.075)
+    y = math.sin(0.15) * 1.0 + math.cos(0.15) * 2.0 + chord * math.sin(0.075)
+    torch.testing.assert_close(out[1, 0], torch.tensor([x, y, 0.5]))
+    torch.testing.assert_close(out[2, 0], p[0])  # standing still: where it is
+
+
+def test_the_per_sample_projection_is_the_rigs():
+    """``project`` (torch, per sample) against ``projections`` (numpy) for the grid's points now and as they
+    were under two different ego motions."""
+    rig = make_rig("front3", 128, 64)
+    pts = torch.from_numpy(grid_points(32, 40.0, 4.0, (0.25, 0.85, 1.45)).reshape(-1, 3).astype(np.float32))
+    moved = earlier_points(pts, torch.tensor([[0.0, 0.0], [12.0, 0.0], [6.0, -0.4]]), 0.3)
+    grid, ok = project(moved, *rig_tensors(rig))
+    for b in range(3):
+        want, seen = projections(rig, moved[b].double().numpy())
+        assert np.array_equal(ok[b].numpy(), seen)
+        np.testing.assert_allclose(grid[b].numpy(), want, atol=1e-5)
+
+
+def test_aligned_frames_line_up_what_stands_still(tmp_path):
+    """With lift_align_s the earlier frame is read where each point was. Standing still it is the plain lift;
+    driving a rendered straight road at ~10 m/s, the road's pixels (the images themselves as the features)
+    lifted from the frame of 0.3 s ago match now's far better aligned than at the same points, and best at the
+    ego's own speed."""
+    from envs.driving import DrivingEnv
+    from scenarios import save
+    from tests.envs.handmade import straight_scenario
+
+    torch.manual_seed(0)
+    cfg = PolicyConfig(camera_encoder="lift", lift_heights=(0.0,), embed_dim=32, lift_align_s=0.3)
+    aligned = LiftEncoder(6, 64, 128, cfg)
+    plain = LiftEncoder(6, 64, 128, PolicyConfig(camera_encoder="lift", lift_heights=(0.0,), embed_dim=32))
+    plain.load_state_dict(aligned.state_dict())
+    images = torch.randint(0, 256, (2, 6, 64, 128, 3), dtype=torch.uint8)
+    still = torch.zeros(2, 4)
+    torch.testing.assert_close(aligned.bev(images, still), plain.bev(images, still), atol=1e-5, rtol=1e-5)
+
+    save(straight_scenario(tmp_path, sid="road", horizon=12, n_ground=4000), tmp_path / "road.json")
+    env = DrivingEnv({"resolution": [128, 64], "camera_history": 3, "render_backend": "cpu"}, scenarios=str(tmp_path))
+    obs, _ = env.reset(seed=0)
+    for _ in range(5):
+        obs, *_ = env.step(np.array([ActionSpec().center, 20]))
+    env.close()
+    ego = torch.from_numpy(obs["ego"])[None]
+    assert 5.0 < float(ego[0, 0]) < 15.0  # driving
+    cams = torch.from_numpy(obs["cameras"]).float().permute(0, 3, 1, 2)  # [2C, 3, H, W]: the pixels as features
+    # the road between the kerb walls (at y = +-8, whose pixels are not at the ground points behind them)
+    pts = grid_points(32, 40.0, 4.0, [0.0])[0]
+    road = torch.from_numpy((np.abs(pts[..., 1]) < 6.5) & (pts[..., 0] < 30.0))
+
+    def mismatch(motion: torch.Tensor) -> float:
+        lifted = aligned._lift_aligned(cams, motion)[0].view(2, 3, 32, 32)  # [frame, channel, G, G]
+        seen = road & (lifted[0].abs().sum(0) > 0) & (lifted[1].abs().sum(0) > 0)
+        assert int(seen.sum()) > 100
+        return float((lifted[0] - lifted[1]).abs().sum(0)[seen].mean())
+
+    now = ego[:, :2]
+    plain_err, err = mismatch(torch.zeros(1, 2)), mismatch(now)  # motion 0: both frames at the same points
+    assert err < 0.6 * plain_err, (err, plain_err)
+    assert err < mismatch(0.5 * now) and err < mismatch(1.5 * now)  # the ego's own motion lines them up best
 
 
 @pytest.mark.parametrize("backbone", ["small", "deep"])
@@ -110,6 +180,14 @@ def test_perception_heads_read_the_lifted_grid_and_the_grids_must_agree():
         from_dict(TrainConfig, {"policy": {"camera_encoder": "lift", "bev_cells": 16}, "perception": {"cells": 32}})
     with pytest.raises(ValueError, match="camera_encoder"):
         PolicyConfig(camera_encoder="depth")
+    # the alignment's gap is the frames' (training's env.camera_history=3 steps of 0.1 s)
+    assert from_dict(TrainConfig, {"policy": {"lift_align_s": 0.3}}).policy.lift_align_s == 0.3
+    with pytest.raises(ValueError, match=r"lift_align_s=0.2 must be the gap .* = 0.3 s"):
+        from_dict(TrainConfig, {"policy": {"lift_align_s": 0.2}})
+    with pytest.raises(ValueError, match=r"lift_align_s=0.3 must be the gap .* = 0 s"):
+        from_dict(TrainConfig, {"policy": {"lift_align_s": 0.3}, "env": {"camera_history": 0}})
+    with pytest.raises(ValueError, match="lift_align_s: expected seconds"):
+        PolicyConfig(camera_encoder="lift", lift_align_s=-0.1)
 
 
 def test_a_frozen_lift_grid_computed_once_gives_the_same_outputs_and_gradients():
