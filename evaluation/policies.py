@@ -111,7 +111,8 @@ def slug(label: str) -> str:
 # else -- termination thresholds, horizon, collision settings -- is the evaluation's, the same for all.
 SOURCE_ENV_KEYS = (
     "observation", "navigation_points", "navigation_spacing",
-    "cameras", "ego", "route", "limits", "agents", "map", "rig", "resolution", "max_agents", "agent_radius",
+    "cameras", "camera_history", "ego", "route", "limits", "agents", "map", "rig", "resolution", "max_agents",
+    "agent_radius",
     "obstacles_as_agents", "map_points", "map_spacing", "map_radius", "route_points", "route_spacing",
     "n_lat", "lat_max", "n_long", "long_max",
 )  # fmt: skip

@@ -533,7 +533,7 @@ def test_a_lift_student_with_frame_history_exports_with_parity_and_runs_without_
     for k in range(3):
         obs, *_ = env.step(np.array([30 + k, 20]))
         frames.append(obs)
-    space, spec = env.observation_space, env.action_spec
+    space, spec, scenarios = env.observation_space, env.action_spec, env.pool.scenarios
     env.close()
     assert space["cameras"].shape == (6, 16, 32, 3)  # the rig's 3 cameras now and one step ago
     real = {key: np.stack([f[key] for f in frames]) for key in space.spaces}
@@ -559,6 +559,13 @@ def test_a_lift_student_with_frame_history_exports_with_parity_and_runs_without_
             assert float(np.abs(a["logits_long"] - b["logits_long"]).max()) <= 1e-4, backend
             assert float(np.abs(a["values"] - b["values"]).max()) <= 1e-4, backend
             assert np.array_equal(a["action"], b["action"]), backend
+    # an evaluation of the checkpoint and of the package sets up the env with its frames (camera_history is one
+    # of the settings a policy brings), so the suite's env needs no overrides to fit it
+    from evaluation.evaluate import resolve_policies
+
+    for spec in (f"{tmp_path}/lifted@latest", str(out)):
+        (entry,) = resolve_policies([spec], scenarios, {})
+        assert entry.env["camera_history"] == 1, spec
     # the lift reads the images: other frames, other logits
     other = {**real, "cameras": real["cameras"][::-1].copy()}
     assert not np.allclose(eager.run(real)["logits_long"], eager.run(other)["logits_long"])
