@@ -211,6 +211,10 @@ class LiftEncoder(nn.Module):
     img_std: torch.Tensor
     sample_grid: torch.Tensor
     weight: torch.Tensor
+    points: torch.Tensor  # lift_align_s > 0: the grid's points [N, 3] and the rig (rig_tensors)
+    cam_T_ego: torch.Tensor
+    intrinsics: torch.Tensor
+    image_size: torch.Tensor
 
     def __init__(self, n_images: int, height: int, width: int, cfg: LiftSettings):
         super().__init__()
