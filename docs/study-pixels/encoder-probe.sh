@@ -5,7 +5,7 @@
 set -euo pipefail
 PY=${PY:-.venv/bin/python}
 STORE=${STORE:-runs/encoder-probe}
-# (the 12-round row: run=probe-small-r12 seed=0 il.dagger_rounds=12 perception.run=probe-small-perception)
+# (the 12-round rows: run=probe-small-r12-s<seed> seed=<seed> il.dagger_rounds=12 perception.run=probe-small-perception)
 for seed in 0 1; do
   for enc in small deep-align; do
     over=""
