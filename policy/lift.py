@@ -268,43 +268,48 @@ class LiftEncoder(nn.Module):
         x = images.reshape(B * FC, H, W, 3).permute(0, 3, 1, 2).float()
         x = x.mul_(1.0 / (255.0 * self.img_std)).sub_(self.img_mean / self.img_std)
         f = self.backbone(x)  # [B*F*C, Cl, h, w]
-        Cl, G = f.shape[1], self.cells
+        G = self.cells
         motion = torch.zeros(B, len(EGO_SCALE), dtype=f.dtype, device=f.device)
         if ego is not None:
             motion = ego[:, : len(EGO_SCALE)].to(f.dtype)  # speed m/s, yaw rate rad/s
-        if self.align_s:
-            s = self._lift_aligned(f, motion)
-        else:
-            grid = self.sample_grid.repeat(B * self.frames, 1, 1, 1)  # [B*F*C, 1, N, 2]
-            s = F.grid_sample(f, grid, mode="bilinear", padding_mode="zeros", align_corners=False)  # [B*F*C, Cl, 1, N]
-            s = s.view(B * self.frames, self.cameras, Cl, -1, G, G)  # [B*F, C, Cl, Z, G, G]
-            s = (s * self.weight).sum(1).reshape(B, -1, G, G)  # [B, F*Cl*Z, G, G]
+        s = self._lift_aligned(f, motion) if self.align_s else self._lift(f)  # [B, F*Cl*Z, G, G]
         scaled = motion * torch.tensor(EGO_SCALE, dtype=f.dtype, device=f.device)
         return self.bev_net(torch.cat([s, scaled[:, :, None, None].expand(B, -1, G, G)], 1))
+
+    def _sample(self, f: torch.Tensor, grid: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """Features f [M, C, Cl, h, w] looked up at grid [M or 1, C, N, 2] (grid_sample's coordinates) and
+        averaged over the cameras with weight [M or 1, C, N] -> [M, Cl, N]."""
+        M, C, Cl, h, w = f.shape
+        N = grid.shape[2]
+        s = F.grid_sample(
+            f.reshape(M * C, Cl, h, w), grid.expand(M, -1, -1, -1).reshape(M * C, 1, N, 2), mode="bilinear",
+            padding_mode="zeros", align_corners=False,
+        ).view(M, C, Cl, N)  # fmt: skip
+        return (s * weight[:, :, None]).sum(1)
+
+    def _fixed(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The rig's projections of the grid's points [1, C, N, 2] and the cameras' weights there [1, C, N]."""
+        C = self.cameras
+        return self.sample_grid.view(1, C, -1, 2), self.weight.view(1, C, -1)
+
+    def _lift(self, f: torch.Tensor) -> torch.Tensor:
+        """Every frame's features [B*F*C, Cl, h, w] lifted at the grid's points -> [B, F*Cl*Z, G, G]."""
+        BFC, Cl, h, w = f.shape
+        s = self._sample(f.view(BFC // self.cameras, self.cameras, Cl, h, w), *self._fixed())  # [B*F, Cl, N]
+        return s.reshape(BFC // (self.frames * self.cameras), -1, self.cells, self.cells)
 
     def _lift_aligned(self, f: torch.Tensor, motion: torch.Tensor) -> torch.Tensor:
         """Both frames' features [B*2*C, Cl, h, w] lifted, the earlier one at the grid's points as they were
         ``align_s`` earlier (earlier_points, projected per sample) -> [B, 2*Cl*Z, G, G]."""
-        C, G = self.cameras, self.cells
         BFC, Cl, h, w = f.shape
-        B = BFC // (2 * C)
-        f = f.view(B, 2, C, Cl, h, w)
-        now = F.grid_sample(
-            f[:, 0].reshape(B * C, Cl, h, w), self.sample_grid.repeat(B, 1, 1, 1), mode="bilinear",
-            padding_mode="zeros", align_corners=False,
-        ).view(B, C, Cl, -1, G, G)  # fmt: skip
-        now = (now * self.weight).sum(1)  # [B, Cl, Z, G, G]
+        f = f.view(BFC // (2 * self.cameras), 2, self.cameras, Cl, h, w)
+        now = self._sample(f[:, 0], *self._fixed())  # [B, Cl, N]
         grid, ok = project(earlier_points(self.points, motion, self.align_s), self.cam_T_ego, self.intrinsics,
                            self.image_size)  # fmt: skip
-        N = grid.shape[2]
-        then = F.grid_sample(
-            f[:, 1].reshape(B * C, Cl, h, w), grid.reshape(B * C, 1, N, 2), mode="bilinear", padding_mode="zeros",
-            align_corners=False,
-        ).view(B, C, Cl, N)  # fmt: skip
         seen = ok.to(f.dtype)
         seen = seen / seen.sum(1, keepdim=True).clamp(min=1.0)  # the mean over the cameras that see the point
-        then = (then * seen[:, :, None]).sum(1).view(now.shape)  # [B, Cl, Z, G, G]
-        return torch.stack([now, then], 1).reshape(B, -1, G, G)
+        then = self._sample(f[:, 1], grid, seen)  # [B, Cl, N]
+        return torch.stack([now, then], 1).reshape(f.shape[0], -1, self.cells, self.cells)
 
     def forward(self, images: torch.Tensor, ego: torch.Tensor | None = None) -> torch.Tensor:
         return self.reduce(self.bev(images, ego))
