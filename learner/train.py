@@ -52,7 +52,7 @@ from learner.learner import Demos, LearnerSettings, NonFiniteLoss
 from learner.perception import perception_run_name
 from learner.stages import Stages, il_snapshot_name
 from learner.tracking import Tracker, closing_lines, run_folder
-from policy.network import PolicyConfig, upgrade_policy_config
+from policy.network import policy_changes, upgrade_policy_config
 from rollout.cluster import connect
 from rollout.group import ActorResources, RolloutGroup
 from rollout.worker import WorkerSpec, build_env, build_policy
@@ -94,20 +94,6 @@ def saved_config(saved: dict) -> dict:
     if isinstance(saved.get("policy"), dict):
         saved = {**saved, "policy": upgrade_policy_config(saved["policy"])}
     return saved
-
-
-def network_changes(saved: dict, policy: PolicyConfig) -> list[str]:
-    """``policy.<key>: old -> new`` for every network setting of a checkpoint's config.json (read through
-    saved_config) that this command's ``policy`` changes: its weights fit neither."""
-    before = saved_config(saved).get("policy")
-    if not isinstance(before, dict):
-        return []
-    try:
-        before = to_dict(from_dict(PolicyConfig, before))
-    except ConfigError as e:  # an older layout of the config: nothing to compare it with
-        log.warning("config.json 'policy' is not this code's PolicyConfig (%s); not compared", e)
-        return []
-    return config_changes(before, to_dict(policy), "policy.")
 
 
 def default_run_name() -> str:
@@ -414,7 +400,7 @@ class Trainer(Stages):
         if ck is None:
             raise ValueError(f"init_from={src!r}: run {run!r} has no committed checkpoint in {self.store.uri}")
         if "config.json" in ck.files:
-            changes = network_changes(json.loads(ck.files["config.json"]), self.cfg.policy)
+            changes = policy_changes(json.loads(ck.files["config.json"]).get("policy"), self.cfg.policy)
             if changes:
                 raise ConfigError(
                     f"init_from={src!r}: checkpoint {ck.version} holds the weights of another network ("

@@ -46,6 +46,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import logging
 import math
 import time
 from dataclasses import asdict, dataclass
@@ -60,7 +61,9 @@ from torch import nn
 from envs.config import CRITIC_PREFIX
 from policy.lift import LIFT_BACKBONES, LiftEncoder
 from scenarios.actions import ActionSpec
-from sim.configs import field
+from sim.configs import ConfigError, field, from_dict, to_dict
+
+log = logging.getLogger(__name__)
 
 MASK_VALUE = -1e9
 OBS_PARTS = ("cameras", "ego", "navigation", "command", "limits", "route", "agents", "map")
@@ -197,6 +200,22 @@ def upgrade_policy_config(saved: dict) -> dict:
     with the settings it predates filled in as the network it holds was built (LEGACY_POLICY_DEFAULTS), so
     that it reads the same whatever the defaults are now."""
     return {**LEGACY_POLICY_DEFAULTS, **saved}
+
+
+def policy_changes(saved: dict | None, policy: PolicyConfig) -> list[str]:
+    """``policy.<key>: old -> new`` for every setting in which ``policy`` differs from a saved policy config (a
+    checkpoint's config.json ``policy``, a perception run's ``policy_config``), read as the network it was built
+    as (upgrade_policy_config): the saved weights fit that network, not this one. [] when there is nothing to
+    compare (no saved policy config, or one of an older layout)."""
+    if not isinstance(saved, dict):
+        return []
+    try:
+        before = to_dict(from_dict(PolicyConfig, upgrade_policy_config(saved)))
+    except ConfigError as e:
+        log.warning("a saved policy config is not this code's PolicyConfig (%s); not compared", e)
+        return []
+    now = to_dict(policy)
+    return [f"policy.{k}: {before[k]!r} -> {now[k]!r}" for k in sorted(now) if before[k] != now[k]]
 
 
 class PolicyOutput(NamedTuple):

@@ -15,7 +15,7 @@ from torch import nn
 
 from learner.config import PerceptionConfig
 from learner.perception.cache import FrameCache
-from policy.network import PolicyConfig, upgrade_policy_config
+from policy.network import PolicyConfig, policy_changes
 from sim.configs import ConfigError, to_dict
 from store import (
     Checkpoint,
@@ -48,15 +48,6 @@ def perception_run_name(run: str, shared: str = "") -> str:
 def lease_owner() -> str:
     """An owner name for a store lease: host, process and a random tag."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
-def policy_changes(saved: dict | None, policy_cfg: PolicyConfig) -> list[str]:
-    """``key: old -> new`` for every setting of ``policy_cfg`` that a checkpoint's saved policy config (read
-    as the network it was built as: policy.network.upgrade_policy_config) differs in."""
-    if not isinstance(saved, dict):
-        return []
-    now, before = json_safe(to_dict(policy_cfg)), json_safe(upgrade_policy_config(saved))
-    return [f"policy.{k}: {before[k]!r} -> {now[k]!r}" for k in sorted(now) if k in before and before[k] != now[k]]
 
 
 def write_checkpoint(

@@ -26,8 +26,7 @@ from learner.perception import (
     visible_cells,
     with_encoder,
 )
-from learner.perception.checkpoint import policy_changes
-from policy.network import ActorCritic, PolicyConfig, example_observation_space
+from policy.network import ActorCritic, PolicyConfig, example_observation_space, policy_changes
 from scenarios import save
 from scenarios.actions import ActionSpec
 from sim.camera import make_rig

@@ -17,8 +17,8 @@ import yaml
 
 from learner import checkpoint as ckpt_io
 from learner.config import TrainConfig
-from learner.train import network_changes, saved_config, train
-from policy.network import PolicyConfig
+from learner.train import saved_config, train
+from policy.network import PolicyConfig, policy_changes
 from scenarios import save
 from sim.configs import ConfigError, from_dict
 from store import CheckpointStore, RunLocked
@@ -117,11 +117,11 @@ def test_a_checkpoint_from_before_a_network_setting_reads_as_it_was_built():
     old = {"stage": "il+rl", "policy": {"camera_encoder": "lift", "embed_dim": 32}}
     assert saved_config(old)["policy"]["lift_backbone"] == "small" and "lift_backbone" not in old["policy"]
     deep = PolicyConfig(camera_encoder="lift", embed_dim=32, lift_backbone="deep")
-    assert network_changes(old, deep) == ["policy.lift_backbone: 'small' -> 'deep'"]
-    assert network_changes(old, PolicyConfig(camera_encoder="lift", embed_dim=32)) == []
+    assert policy_changes(old["policy"], deep) == ["policy.lift_backbone: 'small' -> 'deep'"]
+    assert policy_changes(old["policy"], PolicyConfig(camera_encoder="lift", embed_dim=32)) == []
     new = {"policy": {"camera_encoder": "lift", "embed_dim": 32, "lift_backbone": "deep"}}
-    assert network_changes(new, deep) == []
-    assert network_changes(new, PolicyConfig(camera_encoder="lift", embed_dim=16, lift_backbone="deep")) == [
+    assert policy_changes(new["policy"], deep) == []
+    assert policy_changes(new["policy"], PolicyConfig(camera_encoder="lift", embed_dim=16, lift_backbone="deep")) == [
         "policy.embed_dim: 32 -> 16"
     ]
     assert from_dict(TrainConfig, saved_config({"policy": old["policy"]})).policy.lift_backbone == "small"
