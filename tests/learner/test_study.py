@@ -179,3 +179,26 @@ def test_verdict_with_dagger_and_the_reactive_baseline_by_hand():
 def test_study_refuses_a_stage_it_cannot_pair():
     with pytest.raises(Exception, match="il\\+rl"):
         from_dict(StudyConfig, {"train": {"stage": "il"}})
+
+
+@pytest.mark.parametrize("name", ["study-pixels", "study-teacher"])
+def test_the_studies_the_readme_runs_read_as_configs(name):
+    """docs/<study>/study.yaml is what a user runs (python -m learner.study --config ...): it parses, and its
+    seeds' runs are what the README describes."""
+    from pathlib import Path
+
+    from learner.study import dagger_run, seed_run
+    from sim.configs import resolve
+
+    path = Path(__file__).resolve().parents[2] / "docs" / name / "study.yaml"
+    cfg = resolve(StudyConfig, str(path), [])
+    assert cfg.eval_suite == "test" and cfg.seeds == 3
+    tcfg = seed_run(cfg, 1)
+    assert tcfg.run == f"{cfg.name}-s1" and tcfg.seed == 1
+    if cfg.dagger:
+        arm = dagger_run(cfg, 1)
+        assert arm.run == f"{cfg.name}-s1-dagger"
+        assert arm.il.dagger_rounds == cfg.dagger_rounds
+    if name == "study-pixels":  # from cameras: one perception run shared by the seeds, the student distilled
+        assert tcfg.env.observation == "camera" and tcfg.perception.run == "pixels-perception"
+        assert dagger_run(cfg, 0).stage == "perception+distill+rl" and cfg.dagger_rounds == 12
