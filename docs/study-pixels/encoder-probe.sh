@@ -5,7 +5,7 @@
 set -euo pipefail
 PY=${PY:-.venv/bin/python}
 STORE=${STORE:-runs/encoder-probe}
-# (the 12-round rows: run=probe-small-r12-s<seed> seed=<seed> il.dagger_rounds=12 perception.run=probe-small-perception)
+# (the 12-round rows: docs/study-pixels/dagger-probe.sh; STORE=runs/encoder-probe there reuses this perception run)
 for seed in 0 1; do
   for enc in small deep-align; do
     over=""
