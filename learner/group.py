@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from learner.learner import Demos, Learner, LearnerSettings
+from learner.learner import DemoParts, Demos, ImitationData, Learner, LearnerSettings
 from policy.network import ActorCritic
 from rollout.fragment import Batch
 
@@ -218,16 +218,18 @@ class LearnerGroup:
                 torch.set_num_threads(before)
         ray = self._ray
         # batches, demonstrations and weights: one copy in the object store for all ranks
-        refs = [ray.put(a) if isinstance(a, dict | Batch | Demos) else a for a in args]
+        refs = [ray.put(a) if isinstance(a, dict | Batch | Demos | DemoParts) else a for a in args]
         return ray.get([w.call.remote(method, *refs) for w in self.actors])[0]
 
     # -- what the learners do (each on every rank; rank 0's result) --------------------------------
-    def update_rl(self, batch: Batch, demos: Demos | None = None, critic_only: bool = False) -> dict[str, float]:
+    def update_rl(
+        self, batch: Batch, demos: ImitationData | None = None, critic_only: bool = False
+    ) -> dict[str, float]:
         """PPO epochs on the gathered fragments (``Learner.update_rl``; critic_only: the value loss alone):
         the diagnostics."""
         return self._call(Learner.update_rl, batch, demos, critic_only)
 
-    def update_il(self, demos: Demos, steps: int) -> dict[str, float]:
+    def update_il(self, demos: ImitationData, steps: int) -> dict[str, float]:
         """``steps`` imitation minibatches (``Learner.update_il``): the diagnostics."""
         return self._call(Learner.update_il, demos, steps)
 

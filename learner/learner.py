@@ -110,6 +110,57 @@ class Demos:
 
 
 @dataclass
+class DemoParts:
+    """Several :class:`Demos` sampled as their concatenation, without building it: the expert's states and the
+    states DAgger labelled, in that order. In camera mode a labelled state carries its images (~150 KB at
+    128x64, two frames of three cameras), so a concatenated copy of 12 DAgger rounds is 3.6 GB more memory
+    each time imitation data is assembled; :meth:`take` copies only the minibatch, and gives what
+    ``Demos.concat`` of the parts then ``take`` would, bit for bit."""
+
+    parts: tuple[Demos, ...]
+
+    def __post_init__(self) -> None:
+        if not self.parts:
+            raise ValueError("DemoParts: no parts")
+        keys = set(self.parts[0].obs)
+        for p in self.parts[1:]:
+            if set(p.obs) != keys:
+                raise ValueError(f"DemoParts: observation parts differ: {sorted(keys)} vs {sorted(p.obs)}")
+
+    def __len__(self) -> int:
+        return sum(len(p) for p in self.parts)
+
+    def take(self, idx: torch.Tensor) -> Demos:
+        idx = torch.as_tensor(idx, dtype=torch.long)
+        n = len(self)
+        if idx.numel() and (int(idx.min()) < -n or int(idx.max()) >= n):
+            raise IndexError(f"DemoParts.take: an index outside 0..{n - 1}")
+        idx = torch.where(idx < 0, idx + n, idx)
+        pieces: list[Demos] = []
+        where: list[torch.Tensor] = []  # positions in idx that each piece holds, in the order taken
+        lo = 0
+        for p in self.parts:
+            hi = lo + len(p)
+            pos = torch.nonzero((idx >= lo) & (idx < hi)).flatten()
+            if pos.numel():
+                pieces.append(p.take(idx[pos] - lo))
+                where.append(pos)
+            lo = hi
+        if not pieces:  # an empty minibatch: the parts' layout with no rows
+            return self.parts[0].take(idx)
+        out = pieces[0]
+        for piece in pieces[1:]:
+            out = out.concat(piece)
+        if any(p.soft is not None for p in self.parts) and out.soft is None:  # one-hot, as concat of all would
+            long_, lat = next(p.soft for p in self.parts if p.soft is not None)
+            out = Demos(out.obs, out.labels, out.distributions(long_.shape[1], lat.shape[1]))
+        return out.take(torch.argsort(torch.cat(where)))
+
+
+ImitationData = Demos | DemoParts  # what the learner's imitation minibatches are drawn from
+
+
+@dataclass
 class Minibatch:
     """N flattened steps of a :class:`rollout.fragment.Batch` with their advantages, for one PPO step."""
 
@@ -320,7 +371,7 @@ class Learner:
             lam=self.s.ppo.lam,
         )
 
-    def update_rl(self, batch: Batch, demos: Demos | None = None, critic_only: bool = False) -> dict:
+    def update_rl(self, batch: Batch, demos: ImitationData | None = None, critic_only: bool = False) -> dict:
         """PPO epochs over a [T, B] batch (the gathered fragments). Returns mean diagnostics (CleanRL's names;
         per action head ``_lat``/``_long``, per reward part for the explained variance).
 
@@ -379,7 +430,7 @@ class Learner:
         out.update(self._counters())
         return out
 
-    def _demo_batch(self, demos: Demos) -> Demos:
+    def _demo_batch(self, demos: ImitationData) -> Demos:
         idx = torch.randint(0, len(demos), (self.s.il.batch_size,), generator=self.gen)
         return demos.take(self._shard(idx)).to(self.device)
 
@@ -392,7 +443,7 @@ class Learner:
         """
         self.policy.update_obs_stats(demos.obs)
 
-    def update_il(self, demos: Demos, steps: int) -> dict:
+    def update_il(self, demos: ImitationData, steps: int) -> dict:
         """``steps`` imitation minibatches (cross-entropy on the expert's bins) from the demonstrations.
         The observation statistics are not touched (see ``merge_obs_stats``)."""
         self.policy.train()

@@ -22,7 +22,7 @@ from learner import checkpoint as ckpt_io
 from learner import dagger
 from learner.config import TrainConfig
 from learner.group import LearnerGroup
-from learner.learner import Demos
+from learner.learner import DemoParts, Demos, ImitationData
 from learner.perception import lease_owner, metrics_table, perception_run_name, run_stage, with_encoder
 from learner.tracking import Tracker
 from policy.network import ActorCritic
@@ -198,11 +198,12 @@ class Stages:
         self._set_stage_settings(state)
         self.checkpoint(state, "end of stage il", snapshot_run=il_snapshot_name(self.name))
 
-    def imitation_data(self, demos: Demos | None) -> Demos | None:
-        """What IL learns from: the expert's own states, and the states DAgger labelled (when it ran)."""
+    def imitation_data(self, demos: Demos | None) -> ImitationData | None:
+        """What IL learns from: the expert's own states, and the states DAgger labelled (when it ran), sampled
+        side by side (``DemoParts``: no concatenated copy of the labelled states' images)."""
         if demos is None or self.dagger_data is None:
             return demos if demos is not None else self.dagger_data
-        return demos.concat(self.dagger_data)
+        return DemoParts((demos, self.dagger_data))
 
     def dagger_round(self, state: ckpt_io.TrainState, demos: Demos) -> None:
         """One DAgger round (``learner.dagger``): the policy drives ``il.dagger_steps`` env-steps, ``il.teacher``

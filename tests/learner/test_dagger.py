@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from learner.dagger import BestOfLast, aggregate, from_bytes, to_bytes
-from learner.learner import Demos
+from learner.learner import DemoParts, Demos
 
 
 def demos(first: int, n: int) -> Demos:
@@ -24,6 +24,34 @@ def test_aggregate_keeps_the_newest_up_to_the_cap():
     assert b.labels[:, 0].tolist() == list(range(2, 10)) and b.obs["ego"][:, 0].tolist() == list(range(2, 10))
     with pytest.raises(ValueError, match="observation parts differ"):
         aggregate(b, Demos({"route": torch.zeros(1, 2)}, torch.zeros(1, 2, dtype=torch.long)), cap=8)
+
+
+def soft_demos(first: int, n: int) -> Demos:
+    """demos(first, n) with a teacher's distributions over 3 longitudinal and 4 lateral bins."""
+    d = demos(first, n)
+    g = torch.Generator().manual_seed(first)
+    return Demos(d.obs, d.labels % 3, (torch.rand(n, 3, generator=g), torch.rand(n, 4, generator=g)))
+
+
+@pytest.mark.parametrize("second_soft", [False, True])
+def test_parts_sample_as_their_concatenation_without_building_it(second_soft):
+    expert = Demos(demos(0, 5).obs, demos(0, 5).labels % 3)
+    labelled = soft_demos(100, 7) if second_soft else demos(100, 7)
+    parts, whole = DemoParts((expert, labelled)), expert.concat(labelled)
+    assert len(parts) == len(whole) == 12
+    g = torch.Generator().manual_seed(0)
+    for idx in (torch.randint(0, 12, (64,), generator=g), torch.tensor([11, 0, 5, 4, -1, 7]), torch.tensor([3, 1])):
+        got, want = parts.take(idx), whole.take(idx)
+        assert torch.equal(got.labels, want.labels) and torch.equal(got.obs["ego"], want.obs["ego"])
+        assert (got.soft is None) == (want.soft is None)  # [3, 1]: only expert rows, one-hot beside the soft part
+        if want.soft is not None:
+            assert torch.equal(got.soft[0], want.soft[0]) and torch.equal(got.soft[1], want.soft[1])
+    # by hand: rows 4 and 5 straddle the parts' boundary, -1 is the last labelled state
+    assert parts.take(torch.tensor([4, 5, -1])).obs["ego"][:, 0].tolist() == [4.0, 100.0, 106.0]
+    with pytest.raises(IndexError, match=r"outside 0\.\.11"):
+        parts.take(torch.tensor([12]))
+    with pytest.raises(ValueError, match="observation parts differ"):
+        DemoParts((expert, Demos({"route": torch.zeros(1, 2)}, torch.zeros(1, 2, dtype=torch.long))))
 
 
 def test_dagger_data_survive_a_checkpoint_round_trip():
