@@ -40,6 +40,39 @@ def test_tensors_round_trip_through_safetensors():
         bytes_to_tensors(b"definitely not safetensors")
 
 
+def test_the_one_allocation_writer_reads_back_as_safetensors_own_file():
+    """store.codec.safetensors_bytes against safetensors.torch.save, the reference: the same bytes for every
+    dtype it names (header, order, padding), read back by safetensors' own reader; others fall back to it."""
+    from safetensors.torch import load, save
+
+    from store.codec import SAFETENSORS_DTYPES, safetensors_bytes
+
+    g = torch.Generator().manual_seed(0)
+    tensors = {
+        f"t_{name[6:]}": (torch.randn(3, 5, generator=g) * 50).to(getattr(torch, name[6:]))
+        for name in SAFETENSORS_DTYPES
+    }
+    tensors |= {
+        "scalar": torch.tensor(2.5),
+        "empty": torch.zeros(0, 4, dtype=torch.int64),
+        "odd": torch.ones(3, dtype=torch.uint8),
+    }
+    data = tensors_to_bytes(tensors)
+    assert data == save(tensors)
+    back = load(data)
+    for k, t in tensors.items():
+        assert back[k].dtype == t.dtype and torch.equal(back[k], t), k
+    assert int.from_bytes(data[:8], "little") % 8 == 0  # the data start 8-aligned
+    assert tensors_to_bytes({}) == save({})
+    assert safetensors_bytes({"x": torch.ones(2, dtype=torch.float16)}) == save(
+        {"x": torch.ones(2, dtype=torch.float16)}
+    )
+    f8 = {"f8": torch.zeros(4, dtype=torch.float8_e4m3fn)}  # a dtype it does not name: safetensors writes it
+    assert tensors_to_bytes(f8) == save(f8)
+    with pytest.raises(ValueError, match="contiguous"):
+        safetensors_bytes({"t": torch.ones(3, 2).t()})
+
+
 def test_json_payload_round_trip():
     obj = {"lr": 3e-4, "schedule": [1, 2, 3], "name": "rad", "nan": float("nan"), "none": None}
     back = from_json_bytes(json_bytes(obj))
