@@ -29,6 +29,7 @@ from rollout.teachers import reactive_labels
 from store import bytes_to_tensors, tensors_to_bytes
 
 LABEL = "teacher"  # the extra's name in fragments
+DAGGER_FILE = "dagger.safetensors"  # the aggregated labelled states in a run's checkpoints (not in <run>-il)
 
 
 def collect(

@@ -297,7 +297,8 @@ class Trainer(Stages):
     def checkpoint(self, state: ckpt_io.TrainState, reason: str, snapshot_run: str | None = None) -> None:
         """Commit a checkpoint in the background. ``snapshot_run``: also commit it, now, as the newest
         version of that run in the same store (the IL policy is kept as ``<run>-il`` so that it
-        survives retention and can be evaluated beside the final one)."""
+        survives retention and can be evaluated beside the final one, or be stage rl's ``init_from``;
+        without DAgger's data, which only this run's resume reads: 3.6 GB of images after 12 camera rounds)."""
         lstate = self.learner_group.state()
         files = ckpt_io.encode(
             lstate,
@@ -308,7 +309,7 @@ class Trainer(Stages):
             rig=self.rig,
         )
         if self.dagger_data is not None:
-            files["dagger.safetensors"] = dagger.to_bytes(self.dagger_data)
+            files[dagger.DAGGER_FILE] = dagger.to_bytes(self.dagger_data)
         metrics = {}
         if state.last_eval:
             metrics = {f"val/{k}": v for k, v in state.last_eval.items() if isinstance(v, int | float)}
@@ -328,7 +329,8 @@ class Trainer(Stages):
             quick = copy.copy(self.store)
             quick.retry = RetryPolicy(max_attempts=3, total_timeout=10.0)
             try:
-                v = quick.run(snapshot_run).commit(files, dict(meta, snapshot_of=self.name))
+                policy_files = {k: v for k, v in files.items() if k != dagger.DAGGER_FILE}
+                v = quick.run(snapshot_run).commit(policy_files, dict(meta, snapshot_of=self.name))
                 self.tracker.progress(f"IL policy kept as {self.store.uri}/{snapshot_run}@{v}")
             except Exception as e:  # a convenience copy: the main run's checkpoint has it too
                 log.warning("could not keep the IL policy as run %s: %s", snapshot_run, e)
@@ -339,8 +341,8 @@ class Trainer(Stages):
         if latest is not None:
             lstate, state, rng, saved = ckpt_io.decode(latest.files)
             self._compare_config(saved, latest.version)
-            if "dagger.safetensors" in latest.files:
-                self.dagger_data = dagger.from_bytes(latest.files["dagger.safetensors"])
+            if dagger.DAGGER_FILE in latest.files:
+                self.dagger_data = dagger.from_bytes(latest.files[dagger.DAGGER_FILE])
             self.learner_group.load_state(lstate)
             self._set_stage_settings(state)
             ckpt_io.restore_rng(rng)

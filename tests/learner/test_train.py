@@ -255,6 +255,13 @@ def test_dagger_labels_the_states_the_policy_visits_and_a_resume_keeps_them(tmp_
     assert r2.state.dagger_round == 3
     again = dagger.from_bytes(CheckpointStore(tmp_path / "store").run("tiny").load_latest().files["dagger.safetensors"])
     assert len(again) == 3 * 24 and torch.equal(again.labels[: len(data)], data.labels)
+    # the IL policy kept beside the run (<run>-il) holds the policy, not DAgger's data (only a resume reads it)
+    snap = CheckpointStore(tmp_path / "store").run("tiny-il").load_latest()
+    assert dagger.DAGGER_FILE not in snap.files and snap.meta["snapshot_of"] == "tiny"
+    assert (
+        snap.files["policy.safetensors"]
+        == CheckpointStore(tmp_path / "store").run("tiny").load_latest().files["policy.safetensors"]
+    )
 
 
 def test_select_start_counts_the_policy_stage_rl_started_from(tmp_path, suite):
