@@ -217,6 +217,11 @@ class Trainer(Stages):
             rig = (env.rig.name, env.rig.width, env.rig.height)
             env.close()
         self.obs_space, self.action_spec, self.rig = obs_space, action_spec, rig
+        if "il" in cfg.stages and cfg.il.dagger_rounds > 0:  # refused here, not hours later by the kernel
+            soft_bins = 0 if cfg.il.teacher == "reactive" else action_spec.n_long + action_spec.n_lat
+            il = cfg.il
+            plan = dagger.memory_plan(obs_space, il.dagger_rounds, il.dagger_steps, il.dagger_max, soft_bins)
+            self.tracker.progress(plan)
         policy_config = to_dict(cfg.policy)
         self.frozen = frozen = self._cameras_frozen()
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
-from learner.dagger import BestOfLast, aggregate, from_bytes, to_bytes
+from learner.dagger import BestOfLast, aggregate, from_bytes, memory_plan, state_bytes, to_bytes
 from learner.learner import DemoParts, Demos
 
 
@@ -88,3 +89,30 @@ def test_the_starting_point_stays_a_candidate_and_loses_ties():
     assert [lab for lab, _, _ in sel.candidates] == ["il", "rl@2", "rl+il"] and sel.best()[0] == "il"
     sel.offer("rl@4", {"DS": 0.8}, w)  # as good as the start: the trained policy
     assert sel.best()[0] == "rl@4"
+
+
+def test_dagger_memory_is_planned_and_a_plan_past_the_machine_refused_before_training():
+    """A camera state of the study (two frames of three 128x64 cameras, ego 4, command 3, limits 3, navigation
+    5x2) is 6*64*128*3 + 4*(4+3+3+10) + 16 bytes (its two int64 labels) = 147,552 bytes; a privileged critic part
+    is not the policy's and takes none. 12 rounds of 2,048: 3.63 GB, 7.25 GB with a checkpoint's bytes."""
+    from gymnasium import spaces
+
+    from sim.configs import ConfigError
+
+    space = spaces.Dict(
+        {
+            "cameras": spaces.Box(0, 255, (6, 64, 128, 3), np.uint8),
+            "ego": spaces.Box(-1, 1, (4,), np.float32),
+            "command": spaces.Box(0, 1, (3,), np.float32),
+            "limits": spaces.Box(0, 1, (3,), np.float32),
+            "navigation": spaces.Box(-1, 1, (5, 2), np.float32),
+            "critic_agents": spaces.Box(-1, 1, (32, 8), np.float32),
+        }
+    )
+    assert state_bytes(space) == 147_456 + 80 + 16 == 147_552
+    assert state_bytes(space, soft_bins=122) == 147_552 + 4 * 122
+    line = memory_plan(space, 12, 2048, 200_000, total=16 * 2**30)  # 2 x 3.63 GB < 0.6 x 17.2 GB
+    assert "24,576 labelled states of 148 KB: 3.6 GB" in line and "16 GiB" in line
+    with pytest.raises(ConfigError, match=r"il\.dagger_rounds=24 x il\.dagger_steps=2048"):
+        memory_plan(space, 24, 2048, 200_000, total=16 * 2**30)  # 2 x 7.25 GB > 0.6 x 17.2 GB
+    assert "30,000 labelled states" in memory_plan(space, 24, 2048, 30_000, total=16 * 2**30)  # the cap holds it

@@ -233,7 +233,7 @@ def test_ray_job_submit_runs_the_entrypoint(tmp_path, suite):
 
 
 @pytest.mark.slow
-def test_dagger_labels_the_states_the_policy_visits_and_a_resume_keeps_them(tmp_path, suite):
+def test_dagger_labels_the_states_the_policy_visits_and_a_resume_keeps_them(tmp_path, suite, capsys):
     """Stage il with two DAgger rounds: every state the policy drove to is labelled by the reactive expert (the
     same bins DrivingEnv.reactive_label gives at that state), the data is aggregated and checkpointed, and a
     resumed run with a third round reads the first two back."""
@@ -246,6 +246,7 @@ def test_dagger_labels_the_states_the_policy_visits_and_a_resume_keeps_them(tmp_
     cfg = tiny(tmp_path, suite, stage="il", il=il, env={"cameras": False, "observation": "privileged"})
     r1 = train(cfg)
     assert r1.state.dagger_round == 2 and r1.state.stage == "done"
+    assert "DAgger will hold up to 40 labelled states" in capsys.readouterr().out  # planned before training
     ck = CheckpointStore(tmp_path / "store").run("tiny").load_latest()
     data = dagger.from_bytes(ck.files["dagger.safetensors"])
     assert len(data) == 2 * 24  # two rounds of >= 20 steps: two fragments [6, 2] each
