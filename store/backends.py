@@ -44,7 +44,7 @@ class Backend(Protocol):
         """Remove one file; no error if it is not there."""
 
     def prepare_version(self, run: str, version: int) -> bool:
-        """Reserve the version's folder; False if another writer took that number."""
+        """Reserve the version's number; False if it is taken (a folder on disk; a manifest or quarantine on S3)."""
 
     def sync_dir(self, rel: str) -> None:
         """Make the folder's entries durable (a no-op where there are no folders)."""

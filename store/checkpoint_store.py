@@ -251,7 +251,9 @@ class RunStore:
     def _commit(self, files: dict[str, bytes], meta: dict, r: Retrier) -> int:
         """Commit validated inputs (:func:`store.layout.check_payload`); AsyncCommitter calls this too."""
         self._check_lease(r)
-        version = max(self._listing(r), default=0) + 1
+        # A listing may lag behind writes (S3 and Swift listings can): the versions this object itself
+        # committed count too, and prepare_version refuses a number whose manifest exists.
+        version = max({*self._listing(r), *self._intact}, default=0) + 1
         while True:
             # Reserve the number before its folder exists, so cleanup() never takes our folder for
             # debris, and two commits through this object (AsyncCommitter + direct) never share one.
@@ -269,7 +271,7 @@ class RunStore:
                 break
             with self._writing_lock:
                 self._writing.discard(version)
-            version += 1  # another writer took that number (local file systems only)
+            version += 1  # another writer took that number, or a lagging listing hid it
         try:
             entries = {}
             for name, data in files.items():

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from store.errors import StoreError, StoreUnavailable
-from store.layout import MANIFEST, lock_rel, parse_version_dir, version_rel
+from store.layout import MANIFEST, QUARANTINE, lock_rel, parse_version_dir, version_rel
 from store.lease import parse_lease_record
 
 T = TypeVar("T")
@@ -274,7 +274,19 @@ class S3Backend:
             self.fs.delete_file(self._path(rel))
 
     def prepare_version(self, run: str, version: int) -> bool:
-        return True  # no folders on S3; the run lease and the create-only manifest keep writers apart
+        """False if the version holds a manifest (committed) or a quarantined one: never write into it.
+
+        There are no folders to create on S3; the number comes from a listing, and listings may lag
+        behind writes (Swift's container listings do after a restart), so a committed version can be
+        missing from one. Object reads are consistent where listings are not: ask for the two
+        markers by name (one HEAD each) before writing a single file under the number.
+        """
+        from pyarrow import fs as pafs
+
+        paths = [self._path(version_rel(run, version, name)) for name in (MANIFEST, QUARANTINE)]
+        with _s3_errors(f"checking {self.describe(version_rel(run, version))}"):
+            infos = self.fs.get_file_info(paths)
+        return all(info.type == pafs.FileType.NotFound for info in infos)
 
     def sync_dir(self, rel: str) -> None:
         pass

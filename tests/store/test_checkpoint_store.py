@@ -42,6 +42,30 @@ def test_commit_writes_files_then_a_manifest_that_lists_them(backend):
     assert rs.latest() == 2
 
 
+def test_a_listing_that_lags_never_makes_a_commit_write_into_an_existing_version(backend, monkeypatch):
+    """A listing may miss a committed version (Swift's container listings do after a restart): a
+    commit chose the number from the listing alone and wrote its files over the committed version's."""
+    store = backend.store()
+    rs = store.run("r")
+    assert rs.commit(payload(1), {"i": 1}) == 1
+    backend.raw.write("r/ckpt-00000002/CORRUPT.json", b"{}")  # a quarantined version: its number is taken too
+    kept = {name: backend.raw.read(f"r/{name}") for name in backend.raw.names("r")}
+    hide_all = lambda run: {}  # noqa: E731  (the listing of a run whose versions it has not caught up with)
+
+    # The object that committed version 1 knows it without a listing.
+    monkeypatch.setattr(store._backend, "list_run", hide_all)
+    assert rs.commit(payload(2), {"i": 2}) == 3
+    # Another writer (a resumed job) knows nothing: the back end must refuse the taken numbers.
+    other = backend.store()
+    monkeypatch.setattr(other._backend, "list_run", hide_all)
+    assert other.run("r").commit(payload(3), {"i": 3}) == 4
+    monkeypatch.undo()
+
+    assert {name: backend.raw.read(f"r/{name}") for name in kept} == kept
+    assert rs.versions() == [1, 3, 4]
+    assert [rs.load(v).files for v in (1, 3, 4)] == [payload(1), payload(2), payload(3)]
+
+
 def test_load_returns_exact_bytes_and_meta(backend):
     rs = backend.store().run("r")
     for i in range(3):
