@@ -90,8 +90,7 @@ class Demos:
         )
 
     def concat(self, other: Demos) -> Demos:
-        if set(other.obs) != set(self.obs):
-            raise ValueError(f"Demos.concat: observation parts differ: {sorted(self.obs)} vs {sorted(other.obs)}")
+        _same_obs_parts("Demos.concat", self, other)
         obs = {k: torch.cat([self.obs[k], other.obs[k]]) for k in self.obs}
         soft = None
         if self.soft is not None or other.soft is not None:
@@ -109,6 +108,11 @@ class Demos:
         return Demos({k: v.to(device) for k, v in self.obs.items()}, self.labels.to(device), soft)
 
 
+def _same_obs_parts(what: str, a: Demos, b: Demos) -> None:
+    if set(a.obs) != set(b.obs):
+        raise ValueError(f"{what}: observation parts differ: {sorted(a.obs)} vs {sorted(b.obs)}")
+
+
 @dataclass
 class DemoParts:
     """Several :class:`Demos` sampled as their concatenation, without building it: the expert's states and the
@@ -122,10 +126,8 @@ class DemoParts:
     def __post_init__(self) -> None:
         if not self.parts:
             raise ValueError("DemoParts: no parts")
-        keys = set(self.parts[0].obs)
         for p in self.parts[1:]:
-            if set(p.obs) != keys:
-                raise ValueError(f"DemoParts: observation parts differ: {sorted(keys)} vs {sorted(p.obs)}")
+            _same_obs_parts("DemoParts", self.parts[0], p)
 
     def __len__(self) -> int:
         return sum(len(p) for p in self.parts)

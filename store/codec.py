@@ -27,21 +27,23 @@ def tensors_to_bytes(tensors: Mapping[str, torch.Tensor]) -> bytes:
     from safetensors.torch import save
 
     out: dict[str, torch.Tensor] = {}
-    storages: set[int] = set()
     for name, tensor in tensors.items():
         if not isinstance(name, str) or not isinstance(tensor, torch.Tensor):
             raise TypeError(
                 f"tensors_to_bytes needs a dict of str -> Tensor; entry {name!r} is {type(tensor).__name__}"
             )
-        t = tensor.detach().to("cpu").contiguous()
+        out[name] = tensor.detach().to("cpu").contiguous()
+    if all(str(t.dtype) in SAFETENSORS_DTYPES for t in out.values()):
+        return safetensors_bytes(out)  # reads each tensor in place: shared memory (tied weights) is no matter
+    # A dtype this writer does not name (float8 ...): safetensors' own, which refuses tensors that share
+    # memory, so those get a copy.
+    storages: set[int] = set()
+    for name, t in out.items():
         ptr = t.untyped_storage().data_ptr()
         if ptr and ptr in storages:
-            t = t.clone()  # safetensors refuses tensors that share memory (tied weights): store a copy
+            out[name] = t.clone()
         storages.add(ptr)
-        out[name] = t
-    if any(str(t.dtype) not in SAFETENSORS_DTYPES for t in out.values()):
-        return save(out)  # a dtype this writer does not name (float8 ...): safetensors' own
-    return safetensors_bytes(out)
+    return save(out)
 
 
 # torch dtype -> (its name in a safetensors header, its place in safetensors' dtype order: files list the later

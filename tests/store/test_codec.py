@@ -69,6 +69,9 @@ def test_the_one_allocation_writer_reads_back_as_safetensors_own_file():
     )
     f8 = {"f8": torch.zeros(4, dtype=torch.float8_e4m3fn)}  # a dtype it does not name: safetensors writes it
     assert tensors_to_bytes(f8) == save(f8)
+    tied = torch.ones(4, dtype=torch.float8_e4m3fn)  # the fallback copies tensors that share memory
+    back = bytes_to_tensors(tensors_to_bytes({"a": tied, "b": tied, "c": torch.arange(3.0)}))
+    assert all(torch.equal(back[k].float(), tied.float()) for k in "ab") and torch.equal(back["c"], torch.arange(3.0))
     with pytest.raises(ValueError, match="contiguous"):
         safetensors_bytes({"t": torch.ones(3, 2).t()})
 
