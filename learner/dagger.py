@@ -5,9 +5,10 @@ untrained on the states its own mistakes lead to (covariate shift). Each round, 
 (the rollout group, its sampled actions), the reactive expert (``rollout.teachers.reactive_labels``, a
 pure function of what is observable at each state) or a privileged policy (``rollout.teachers.PolicyTeacher``,
 stage distill: its action distribution) labels every state it visits, and the labelled
-states join the imitation data: :func:`collect` gathers one round, :func:`aggregate` keeps at most
-``cap`` of them (the oldest go first), and :func:`to_bytes` / :func:`from_bytes` put them in a
-checkpoint (``dagger.safetensors``) so a resumed run keeps what it aggregated.
+states join the imitation data: :func:`collect` gathers one round, :class:`Labelled` keeps at most
+``cap`` of them (the oldest go first), one part a round, and puts them in a run's checkpoints (one file a
+round, ``dagger-00000.safetensors`` ...; each written once: later checkpoints link it, ``store.Reuse``) so
+a resumed run keeps what it aggregated.
 
 **Selection**: RL's val figures move by a few clips from one evaluation to the next, so the policy a
 run reports is not simply its last one: :class:`BestOfLast` keeps the policies of the last K
@@ -18,22 +19,31 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Mapping
+from functools import partial
 
 import numpy as np
 import torch
 
 from envs.observation import is_critic_key
-from learner.learner import Demos
+from learner.learner import DemoParts, Demos
 from rollout.episodes import Extra
 from rollout.fragment import stack_time
 from rollout.group import RolloutGroup
 from rollout.teachers import reactive_labels
 from sim.configs import ConfigError
-from store import bytes_to_tensors, tensors_to_bytes
+from store import Reuse, bytes_to_tensors, tensors_to_bytes
 
 LABEL = "teacher"  # the extra's name in fragments
-DAGGER_FILE = "dagger.safetensors"  # the aggregated labelled states in a run's checkpoints (not in <run>-il)
+DAGGER_FILE = "dagger.safetensors"  # all the labelled states in one file: checkpoints written before 2026-12-06
+DAGGER_PART = "dagger-{:05d}.safetensors"  # one round's (oldest first): a run's checkpoints, never <run>-il's
+_DAGGER_PART_RE = re.compile(r"dagger-(\d{5,})\.safetensors")
+
+
+def is_dagger_file(name: str) -> bool:
+    """Is the checkpoint file ``name`` DAgger's labelled states (which only the run's own resume reads)?"""
+    return name == DAGGER_FILE or _DAGGER_PART_RE.fullmatch(name) is not None
 
 
 def collect(
@@ -76,17 +86,79 @@ def collect(
     return Demos({k: torch.cat(v) for k, v in obs.items()}, torch.cat(labels), dist), stats
 
 
-def aggregate(old: Demos | None, new: Demos, cap: int) -> Demos:
-    """``old`` then ``new``, keeping the newest ``cap`` states."""
-    out = new if old is None else old.concat(new)
-    if len(out) > cap:
-        out = out.take(torch.arange(len(out) - cap, len(out)))
-    return out
+class Labelled:
+    """The labelled states DAgger aggregated: one :class:`Demos` a round, oldest first, the newest ``cap``.
+
+    Kept apart rather than concatenated: imitation samples them with the expert's as one (``DemoParts``,
+    no copy of ~150 KB of images a camera state), and :meth:`files` serialises only the rounds no earlier
+    checkpoint holds; the others it names by content (``store.Reuse``) and the store links them from the
+    version that holds them. Twelve camera rounds were 3.6 GB serialised, hashed and written at every
+    checkpoint; now each round's 0.3 GB once.
+    """
+
+    def __init__(self, rounds: tuple[Demos, ...] | list[Demos] = ()):
+        self.rounds: list[Demos] = list(rounds)
+        self._reuse: list[Reuse | None] = [None] * len(self.rounds)  # each round's file, once serialised
+        if len(self.rounds) > 1:
+            DemoParts(tuple(self.rounds))  # the same observation parts throughout
+
+    def __len__(self) -> int:
+        return sum(len(r) for r in self.rounds)
+
+    def add(self, new: Demos, cap: int) -> None:
+        """One round more, then only the newest ``cap`` states kept (whole rounds go first, then the oldest
+        remaining round's first states)."""
+        if self.rounds:
+            DemoParts((self.rounds[0], new))  # ValueError if the observation parts differ
+        self.rounds.append(new)
+        self._reuse.append(None)
+        excess = len(self) - cap
+        while excess > 0:
+            first = self.rounds[0]
+            if len(first) <= excess:
+                del self.rounds[0], self._reuse[0]
+                excess -= len(first)
+            else:
+                self.rounds[0], self._reuse[0] = first.take(torch.arange(excess, len(first))), None
+                excess = 0
+
+    def data(self) -> Demos | DemoParts:
+        """All of them as one (no copy): what imitation samples."""
+        return self.rounds[0] if len(self.rounds) == 1 else DemoParts(tuple(self.rounds))
+
+    def files(self) -> dict[str, bytes | Reuse]:
+        """A checkpoint's files: each round serialised the first time, named by content after that."""
+        out: dict[str, bytes | Reuse] = {}
+        for i, part in enumerate(self.rounds):
+            reuse = self._reuse[i]
+            if reuse is None:
+                data = to_bytes(part)
+                self._reuse[i] = Reuse.of(data, partial(to_bytes, part))
+                out[DAGGER_PART.format(i)] = data
+            else:
+                out[DAGGER_PART.format(i)] = reuse
+        return out
+
+    @classmethod
+    def from_files(cls, files: Mapping[str, bytes]) -> Labelled | None:
+        """What :meth:`files` wrote (or the one ``dagger.safetensors`` of older checkpoints); None if neither.
+        The rounds read back are known by content, so the next checkpoint links them."""
+        parts = sorted((int(m.group(1)), name) for name in files if (m := _DAGGER_PART_RE.fullmatch(name)))
+        if parts:
+            if [i for i, _ in parts] != list(range(len(parts))):
+                raise ValueError(f"DAgger's files are not numbered 0..{len(parts) - 1}: {[n for _, n in parts]}")
+            out = cls([from_bytes(files[name]) for _, name in parts])
+            out._reuse = [Reuse.of(files[name], partial(to_bytes, r)) for (_, name), r in zip(parts, out.rounds)]
+            return out
+        if DAGGER_FILE in files:
+            return cls([from_bytes(files[DAGGER_FILE])])
+        return None
 
 
 # What a DAgger run may hold at most, as a share of the machine's memory: the labelled states and, while a
-# checkpoint is written, their bytes once more. The rest of a camera run took ~7 GB of a 24 GiB machine
-# (measured in the camera study: the driver 7.1 GB resident with 2.6 GB of DAgger data, two rollout actors 2.8 GB).
+# resumed run reads them back from its checkpoint, their bytes once more. The rest of a camera run took ~7 GB of
+# a 24 GiB machine (measured in the camera study: the driver 7.1 GB resident with 2.6 GB of DAgger data, two
+# rollout actors 2.8 GB).
 DAGGER_MEMORY_SHARE = 0.6
 
 
@@ -113,7 +185,7 @@ def memory_plan(
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     line = (
         f"DAgger will hold up to {states:,} labelled states of {per / 1e3:,.0f} KB: {need / 1e9:.1f} GB "
-        f"(twice that while a checkpoint is written; this machine has {total / 2**30:.0f} GiB)"
+        f"(twice that while a resumed run reads them back; this machine has {total / 2**30:.0f} GiB)"
     )
     if 2 * need > DAGGER_MEMORY_SHARE * total:
         raise ConfigError(

@@ -60,7 +60,7 @@ class Stages:
     scenario_failures: int
     side_leases: list
     perception: dict | None
-    dagger_data: Demos | None
+    dagger_data: dagger.Labelled | None
     _eval_env: VectorDrivingEnv | None
 
     @property
@@ -201,9 +201,10 @@ class Stages:
     def imitation_data(self, demos: Demos | None) -> ImitationData | None:
         """What IL learns from: the expert's own states, and the states DAgger labelled (when it ran), sampled
         side by side (``DemoParts``: no concatenated copy of the labelled states' images)."""
-        if demos is None or self.dagger_data is None:
-            return demos if demos is not None else self.dagger_data
-        return DemoParts((demos, self.dagger_data))
+        parts = ([demos] if demos is not None else []) + (self.dagger_data.rounds if self.dagger_data else [])
+        if not parts:
+            return None
+        return parts[0] if len(parts) == 1 else DemoParts(tuple(parts))
 
     def dagger_round(self, state: ckpt_io.TrainState, demos: Demos) -> None:
         """One DAgger round (``learner.dagger``): the policy drives ``il.dagger_steps`` env-steps, ``il.teacher``
@@ -218,7 +219,9 @@ class Stages:
             self.rollout_group, il.dagger_steps, cfg.rollout.fragment_length, cfg.rollout.timeout_s, self._teacher
         )
         self.learner_group.merge_obs_stats(new)  # the visited states join the statistics once, as demos did
-        self.dagger_data = dagger.aggregate(self.dagger_data, new, il.dagger_max)
+        if self.dagger_data is None:
+            self.dagger_data = dagger.Labelled()
+        self.dagger_data.add(new, il.dagger_max)
         data = self.imitation_data(demos)
         assert data is not None
         for _ in range(il.dagger_iterations):

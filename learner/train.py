@@ -48,7 +48,7 @@ from learner import checkpoint as ckpt_io
 from learner import dagger
 from learner.config import SELECT_METRICS, TrainConfig
 from learner.group import LearnerGroup
-from learner.learner import Demos, LearnerSettings, NonFiniteLoss
+from learner.learner import LearnerSettings, NonFiniteLoss
 from learner.perception import perception_run_name
 from learner.stages import Stages, il_snapshot_name
 from learner.tracking import Tracker, closing_lines, run_folder
@@ -58,7 +58,7 @@ from rollout.group import ActorResources, RolloutGroup
 from rollout.worker import WorkerSpec, build_env, build_policy
 from sim.configs import ConfigError, from_dict, parse_cli, to_dict
 from sim.rendering import backend_report
-from store import AsyncCommitter, CheckpointStore, Lease, RetryPolicy, RunLocked, parse_ref
+from store import AsyncCommitter, CheckpointStore, Lease, RetryPolicy, Reuse, RunLocked, parse_ref
 
 log = logging.getLogger("learner.train")
 
@@ -135,7 +135,7 @@ class Trainer(Stages):
         self.side_leases: list = []  # leases beside the run's, kept fresh by the same heartbeat (perception run)
         self.perception: dict | None = None  # stage perception's metrics, this call or read back from its run
         self._eval_env: VectorDrivingEnv | None = None  # the periodic evaluation's envs, built once
-        self.dagger_data: Demos | None = None  # the labelled states DAgger aggregated (stage il), checkpointed
+        self.dagger_data: dagger.Labelled | None = None  # the labelled states DAgger aggregated, checkpointed
         sign = SELECT_METRICS[cfg.eval.select_metric]
         self.selection = dagger.BestOfLast(cfg.eval.select_last, cfg.eval.select_metric, sign)  # stage rl's
 
@@ -305,16 +305,18 @@ class Trainer(Stages):
         survives retention and can be evaluated beside the final one, or be stage rl's ``init_from``;
         without DAgger's data, which only this run's resume reads: 3.6 GB of images after 12 camera rounds)."""
         lstate = self.learner_group.state()
-        files = ckpt_io.encode(
-            lstate,
-            state,
-            self.config_dict,
-            observation_space=self.obs_space,
-            action_spec=self.action_spec,
-            rig=self.rig,
+        files: dict[str, bytes | Reuse] = dict(
+            ckpt_io.encode(
+                lstate,
+                state,
+                self.config_dict,
+                observation_space=self.obs_space,
+                action_spec=self.action_spec,
+                rig=self.rig,
+            )
         )
         if self.dagger_data is not None:
-            files[dagger.DAGGER_FILE] = dagger.to_bytes(self.dagger_data)
+            files.update(self.dagger_data.files())  # only rounds no checkpoint holds yet are serialised
         metrics = {}
         if state.last_eval:
             metrics = {f"val/{k}": v for k, v in state.last_eval.items() if isinstance(v, int | float)}
@@ -334,7 +336,7 @@ class Trainer(Stages):
             quick = copy.copy(self.store)
             quick.retry = RetryPolicy(max_attempts=3, total_timeout=10.0)
             try:
-                policy_files = {k: v for k, v in files.items() if k != dagger.DAGGER_FILE}
+                policy_files = {k: v for k, v in files.items() if not dagger.is_dagger_file(k)}
                 v = quick.run(snapshot_run).commit(policy_files, dict(meta, snapshot_of=self.name))
                 self.tracker.progress(f"IL policy kept as {self.store.uri}/{snapshot_run}@{v}")
             except Exception as e:  # a convenience copy: the main run's checkpoint has it too
@@ -346,8 +348,7 @@ class Trainer(Stages):
         if latest is not None:
             lstate, state, rng, saved = ckpt_io.decode(latest.files)
             self._compare_config(saved, latest.version)
-            if dagger.DAGGER_FILE in latest.files:
-                self.dagger_data = dagger.from_bytes(latest.files[dagger.DAGGER_FILE])
+            self.dagger_data = dagger.Labelled.from_files(latest.files)
             self.learner_group.load_state(lstate)
             self._set_stage_settings(state)
             ckpt_io.restore_rng(rng)

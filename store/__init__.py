@@ -22,7 +22,9 @@ A checkpoint is visible only once its manifest exists (the commit marker, as in
 torch.distributed.checkpoint and Orbax); a folder without one (nor CORRUPT.json) is a crashed or
 in-flight write that readers never see and :meth:`RunStore.cleanup` removes. Versions are found by
 listing, never through a mutable "latest" pointer (``run@latest`` means the newest committed
-version). Loading checks every file against the manifest.
+version). Loading checks every file against the manifest. A file that an earlier version holds
+unchanged can be committed as :class:`Reuse` (its size and sha256, and how to make it): it is linked
+(a hard link; a server-side copy on S3) rather than serialised and written again.
 
 Two writers on one run are kept apart by a lease, ``LOCK.json``, created create-only (local:
 ``O_CREAT|O_EXCL``; S3: PUT with ``If-None-Match: *``) and taken over atomically once stale (holder
@@ -67,7 +69,7 @@ from store.folders import (
     scratch_folder,
     split_uri,
 )
-from store.layout import FORMAT_VERSION, LATEST, LOCK, MANIFEST, parse_ref, parse_version_dir, version_dir
+from store.layout import FORMAT_VERSION, LATEST, LOCK, MANIFEST, Reuse, parse_ref, parse_version_dir, version_dir
 from store.lease import Lease
 from store.names import check_name
 from store.retries import RetryPolicy, is_transient, retry
@@ -88,6 +90,7 @@ __all__ = [
     "LeaseLost",
     "OutputFolder",
     "RetryPolicy",
+    "Reuse",
     "RunLocked",
     "RunStore",
     "StoreError",

@@ -37,6 +37,10 @@ class Backend(Protocol):
     def write(self, rel: str, data: bytes) -> None:
         """Atomic: a reader sees the old file or the whole new one."""
 
+    def copy(self, src_rel: str, rel: str) -> None:
+        """``rel`` becomes the file ``src_rel`` without its bytes passing through here (a hard link; a
+        server-side copy on S3); atomic. FileNotFoundError if ``src_rel`` is not there."""
+
     def publish(self, rel: str, data: bytes) -> bool:
         """Create-only: False if the file already exists (the manifest's commit)."""
 

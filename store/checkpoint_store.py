@@ -18,6 +18,7 @@ from store.errors import CheckpointNotFound, CorruptCheckpoint, StoreError
 from store.layout import (
     MANIFEST,
     QUARANTINE,
+    Reuse,
     check_payload,
     check_version,
     file_entry,
@@ -113,6 +114,7 @@ class RunStore:
         # {version: sha256 of its MANIFEST.json} of versions known intact: committed by this object or
         # loaded whole by it. Manifests are create-only, so the digest pins the content that was checked.
         self._intact: dict[int, str] = {}
+        self._files: dict[int, dict[str, dict]] = {}  # their manifests' file entries: what a Reuse can take
 
     @property
     def uri(self) -> str:
@@ -219,6 +221,7 @@ class RunStore:
         files = {name: self._read_file(version, name, entry, r) for name, entry in manifest["files"].items()}
         manifest_sha256 = hashlib.sha256(raw).hexdigest()
         self._intact[version] = manifest_sha256
+        self._files[version] = manifest["files"]
         wall_time = float(manifest["wall_time"])
         return Checkpoint(self.name, version, files, manifest["meta"], wall_time, manifest_sha256)
 
@@ -238,17 +241,21 @@ class RunStore:
 
     # -- writing ---------------------------------------------------------------------------------
 
-    def commit(self, files: Mapping[str, bytes], meta: Mapping[str, Any], *, retry: RetryPolicy | None = None) -> int:
+    def commit(
+        self, files: Mapping[str, bytes | Reuse], meta: Mapping[str, Any], *, retry: RetryPolicy | None = None
+    ) -> int:
         """Write a new version: each file (atomically), then MANIFEST.json last. Returns the version.
 
         The version is the next integer after the highest existing folder, committed or not. If this
         RunStore holds the run lease, the lease is checked before writing and again before the
-        manifest: a writer that was taken over raises LeaseLost and publishes nothing.
+        manifest: a writer that was taken over raises LeaseLost and publishes nothing. A file given as
+        :class:`store.layout.Reuse` is taken from an earlier version that holds the same bytes where
+        this object knows one (a hard link; a server-side copy on S3), else written from its ``make()``.
         """
         files, meta = check_payload(self.name, files, meta)
         return self._commit(files, meta, self._retrier(retry))
 
-    def _commit(self, files: dict[str, bytes], meta: dict, r: Retrier) -> int:
+    def _commit(self, files: dict[str, bytes | Reuse], meta: dict, r: Retrier) -> int:
         """Commit validated inputs (:func:`store.layout.check_payload`); AsyncCommitter calls this too."""
         self._check_lease(r)
         # A listing may lag behind writes (S3 and Swift listings can): the versions this object itself
@@ -276,6 +283,12 @@ class RunStore:
             entries = {}
             for name, data in files.items():
                 rel = version_rel(self.name, version, name)
+                if isinstance(data, Reuse):
+                    if not self._reuse(data, rel, version, r):
+                        payload = data.bytes()
+                        r(partial(self._b.write, rel, payload), f"writing {self._b.describe(rel)}")
+                    entries[name] = data.entry
+                    continue
                 r(partial(self._b.write, rel, data), f"writing {self._b.describe(rel)}")
                 entries[name] = file_entry(data)
             vrel = version_rel(self.name, version)
@@ -293,6 +306,7 @@ class RunStore:
             # The digests in the manifest were computed from the very bytes written: retention need not
             # read them back (see retain()).
             self._intact[version] = hashlib.sha256(body).hexdigest()
+            self._files[version] = entries
         finally:
             with self._writing_lock:
                 self._writing.discard(version)
@@ -301,9 +315,29 @@ class RunStore:
             self.name,
             version,
             len(files),
-            sum(map(len, files.values())),
+            sum(e["size"] for e in entries.values()),
         )
         return version
+
+    def _reuse(self, file: Reuse, rel: str, version: int, r: Retrier) -> bool:
+        """Put at ``rel`` the same bytes from the newest other version known intact that lists them; False
+        if none does (or its file has gone since: retention by another process, say)."""
+        for source in sorted(self._files, reverse=True):
+            if source == version:
+                continue
+            for name, entry in self._files[source].items():
+                if entry == file.entry:
+                    src = version_rel(self.name, source, name)
+                    try:
+                        r(partial(self._b.copy, src, rel), f"copying {self._b.describe(src)}")
+                    except FileNotFoundError:
+                        break  # that version has lost it: try an older one
+                    return True
+        return False
+
+    def _forget(self, version: int) -> None:
+        self._intact.pop(version, None)
+        self._files.pop(version, None)
 
     # -- housekeeping ----------------------------------------------------------------------------
 
@@ -409,7 +443,7 @@ class RunStore:
         )
         for version in deleted:
             r(partial(self._b.delete_version, self.name, version), f"deleting {self._where(version)}")
-            self._intact.pop(version, None)
+            self._forget(version)
         if deleted:
             log.info("run '%s': retention deleted versions %s, kept %s", self.name, deleted, sorted(keep))
         return deleted
@@ -435,6 +469,7 @@ class RunStore:
             failed[version] = exc
             return False
         self._intact[version] = digest
+        self._files[version] = parsed["files"]
         return True
 
     def _quarantine(
@@ -465,7 +500,7 @@ class RunStore:
         r(partial(self._b.write, qrel, body), f"writing {self._b.describe(qrel)}")
         mrel = version_rel(self.name, version, MANIFEST)
         r(partial(self._b.delete, mrel), f"deleting {self._b.describe(mrel)}")
-        self._intact.pop(version, None)
+        self._forget(version)
 
     # -- the run lease ---------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from store.errors import LeaseLost, Stopped
-from store.layout import check_payload
+from store.layout import Reuse, check_payload
 from store.retries import Retrier, RetryPolicy
 
 if TYPE_CHECKING:
@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class _Job:
-    files: dict[str, bytes]
+    files: dict[str, bytes | Reuse]
     meta: dict
     submitted: float
 
@@ -73,7 +73,7 @@ class AsyncCommitter:
         with self._cond:
             return len(self._pending) + int(self._busy)
 
-    def submit(self, files: Mapping[str, bytes], meta: Mapping[str, Any]) -> None:
+    def submit(self, files: Mapping[str, bytes | Reuse], meta: Mapping[str, Any]) -> None:
         """Queue a checkpoint and return at once (inputs are validated and copied here)."""
         if self._fatal is not None:
             raise LeaseLost(

@@ -17,7 +17,8 @@ import hashlib
 import json
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from store.names import check_name, is_valid_name
@@ -86,15 +87,58 @@ def parse_ref(ref: str) -> tuple[str, int | None]:
 # Commit payloads and manifests
 
 
-def check_payload(run: str, files: Mapping[str, bytes], meta: Mapping[str, Any]) -> tuple[dict[str, bytes], dict]:
+@dataclass(frozen=True)
+class Reuse:
+    """A commit's file that an earlier version of the same run may already hold, named by its content.
+
+    :meth:`store.RunStore.commit` takes it from the newest version that RunStore knows intact (committed
+    or loaded whole by it) whose manifest lists a file of this size and sha256 (a hard link where there
+    are folders, a server-side copy on S3: its bytes pass through nothing), and calls ``make()`` for the
+    bytes only where none does, checking them against the digest. For large files that most checkpoints
+    carry unchanged (the labelled states DAgger aggregated, one file a round), which would otherwise be
+    serialised, hashed and written whole at every checkpoint. The manifest lists the file as any other,
+    and loading checks it as any other; on a file system the versions that share a file share one copy
+    of it on disk, so damage to it shows in each of them.
+    """
+
+    size: int
+    sha256: str
+    make: Callable[[], bytes]
+
+    @classmethod
+    def of(cls, data: bytes, make: Callable[[], bytes]) -> Reuse:
+        """The Reuse of ``data`` (which ``make`` gives again), from its bytes at hand now."""
+        entry = file_entry(data)
+        return cls(entry["size"], entry["sha256"], make)
+
+    @property
+    def entry(self) -> dict:
+        return {"size": self.size, "sha256": self.sha256}
+
+    def bytes(self) -> bytes:
+        """``make()``, checked against the size and digest."""
+        data = self.make()
+        if file_entry(data) != self.entry:
+            raise ValueError(f"Reuse.make() gave {len(data)} bytes that do not match {self.entry}")
+        return data
+
+
+def check_payload(
+    run: str, files: Mapping[str, bytes | Reuse], meta: Mapping[str, Any]
+) -> tuple[dict[str, bytes | Reuse], dict]:
     """Validate a commit's inputs before any I/O; returns private copies (the caller may mutate its own)."""
     if not isinstance(files, Mapping):
         raise ValueError(f"commit to run '{run}': files must be a dict of name -> bytes, got {type(files).__name__}")
-    out: dict[str, bytes] = {}
+    out: dict[str, bytes | Reuse] = {}
     for name, data in files.items():
         check_name("file", name)
         if name in (MANIFEST, QUARANTINE):
             raise ValueError(f"commit to run '{run}': file name {name!r} is reserved for the manifest")
+        if isinstance(data, Reuse):
+            if validate_entry(data.entry) or not callable(data.make):
+                raise ValueError(f"commit to run '{run}': file '{name}': {data!r} needs a size, a sha256 and make()")
+            out[name] = data
+            continue
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise ValueError(f"commit to run '{run}': file '{name}' must be bytes, got {type(data).__name__}")
         out[name] = bytes(data)
@@ -148,11 +192,19 @@ def validate_manifest(obj: object, run: str, version: int) -> str | None:
     for name, entry in files.items():
         if not is_valid_name(name) or name in (MANIFEST, QUARANTINE):
             return f"lists an invalid file name {name!r}"
-        if not isinstance(entry, dict):
-            return f"entry for '{name}' is not an object"
-        size, digest = entry.get("size"), entry.get("sha256")
-        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-            return f"entry for '{name}' has no valid size"
-        if not isinstance(digest, str) or not SHA256_RE.fullmatch(digest):
-            return f"entry for '{name}' has no valid sha256"
+        problem = validate_entry(entry)
+        if problem:
+            return f"entry for '{name}' {problem}"
+    return None
+
+
+def validate_entry(entry: object) -> str | None:
+    """What is wrong with one file's manifest entry (``{"size", "sha256"}``), or None."""
+    if not isinstance(entry, dict):
+        return "is not an object"
+    size, digest = entry.get("size"), entry.get("sha256")
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        return "has no valid size"
+    if not isinstance(digest, str) or not SHA256_RE.fullmatch(digest):
+        return "has no valid sha256"
     return None

@@ -107,6 +107,29 @@ class LocalBackend:
                 os.unlink(tmp)
             raise
 
+    def copy(self, src_rel: str, rel: str) -> None:
+        """``rel`` becomes the file ``src_rel`` (atomic): a hard link, so no byte is written again and
+        deleting either name leaves the other whole; a copy where the file system has no hard links.
+        FileNotFoundError if ``src_rel`` is not there."""
+        src, final = self.describe(src_rel), self.describe(rel)
+        tmp = os.path.join(os.path.dirname(final), f".{os.path.basename(final)}.tmp-{uuid.uuid4().hex}")
+        try:
+            try:
+                os.link(src, tmp)
+            except OSError as exc:
+                if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS, errno.EXDEV):
+                    raise
+                shutil.copyfile(src, tmp)
+                fd = os.open(tmp, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            os.replace(tmp, final)  # a no-op that leaves tmp where final already is this very file
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
     def publish(self, rel: str, data: bytes) -> bool:
         """Create-only and atomic (tmp + fsync + link): False if the file already exists."""
         final = self.describe(rel)

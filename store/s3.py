@@ -256,6 +256,20 @@ class S3Backend:
         with _s3_errors(f"writing {self.describe(rel)}"):
             return self.client.put_object(Bucket=self.bucket, Key=self.key(rel), Body=data, **conditions)
 
+    def copy(self, src_rel: str, rel: str) -> None:
+        """``rel`` becomes a copy of the object ``src_rel``, made by the server (CopyObject, multipart
+        past 5 GB): no byte goes through this machine. FileNotFoundError if ``src_rel`` is not there."""
+        from botocore.exceptions import ClientError
+
+        source = {"Bucket": self.bucket, "Key": self.key(src_rel)}
+        try:
+            with _s3_errors(f"copying {self.describe(src_rel)} to {self.describe(rel)}"):
+                self.client.copy(source, self.bucket, self.key(rel))
+        except ClientError as exc:
+            if _client_status(exc)[0] == 404 or _client_status(exc)[1] in ("NoSuchKey", "404"):
+                raise FileNotFoundError(self.describe(src_rel)) from exc
+            raise
+
     def publish(self, rel: str, data: bytes) -> bool:
         """Create-only (``If-None-Match: *``): False if the object already exists."""
         from botocore.exceptions import ClientError

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from learner.dagger import BestOfLast, aggregate, from_bytes, memory_plan, state_bytes, to_bytes
+from learner.dagger import BestOfLast, Labelled, from_bytes, is_dagger_file, memory_plan, state_bytes, to_bytes
 from learner.learner import DemoParts, Demos
 
 
@@ -18,13 +18,58 @@ def demos(first: int, n: int) -> Demos:
     return Demos({"ego": idx[:, None].float().repeat(1, 6)}, torch.stack([idx, idx + 1], 1))
 
 
-def test_aggregate_keeps_the_newest_up_to_the_cap():
-    a = aggregate(None, demos(0, 5), cap=8)
+def test_labelled_keeps_the_newest_up_to_the_cap_one_part_a_round():
+    a = Labelled()
+    a.add(demos(0, 5), cap=8)
     assert len(a) == 5
-    b = aggregate(a, demos(5, 5), cap=8)  # 10 states, 8 kept: 2..9
-    assert b.labels[:, 0].tolist() == list(range(2, 10)) and b.obs["ego"][:, 0].tolist() == list(range(2, 10))
+    a.add(demos(5, 5), cap=8)  # 10 states, 8 kept: 2..9, the first round cut, the second whole
+    assert [len(r) for r in a.rounds] == [3, 5]
+    everything = a.data().take(torch.arange(len(a)))
+    assert everything.labels[:, 0].tolist() == list(range(2, 10)) and everything.obs["ego"][:, 0].tolist() == list(
+        range(2, 10)
+    )
+    a.add(demos(10, 7), cap=8)  # 15 states: the first round goes whole, the second loses 4
+    assert [r.labels[0, 0].item() for r in a.rounds] == [9, 10] and len(a) == 8
     with pytest.raises(ValueError, match="observation parts differ"):
-        aggregate(b, Demos({"route": torch.zeros(1, 2)}, torch.zeros(1, 2, dtype=torch.long)), cap=8)
+        a.add(Demos({"route": torch.zeros(1, 2)}, torch.zeros(1, 2, dtype=torch.long)), cap=8)
+
+
+def test_a_checkpoint_serialises_each_round_once_and_a_resume_reads_the_rounds_back(tmp_path):
+    """Labelled.files: a round is bytes the first time, then a store.Reuse the store links from the version that
+    holds it; from_files reads the rounds back (and the one file of older checkpoints)."""
+    from store import CheckpointStore, Reuse
+
+    rs = CheckpointStore(tmp_path / "store").run("r")
+    lab = Labelled()
+    lab.add(demos(0, 4), cap=100)
+    first = lab.files()
+    assert list(first) == ["dagger-00000.safetensors"] and isinstance(first["dagger-00000.safetensors"], bytes)
+    rs.commit(first, {})
+    lab.add(demos(4, 3), cap=100)
+    second = lab.files()
+    assert isinstance(second["dagger-00000.safetensors"], Reuse) and isinstance(
+        second["dagger-00001.safetensors"], bytes
+    )
+    assert second["dagger-00000.safetensors"].bytes() == first["dagger-00000.safetensors"]
+    rs.commit(second, {})
+    on_disk = [tmp_path / f"store/r/ckpt-0000000{v}/dagger-00000.safetensors" for v in (1, 2)]
+    assert on_disk[0].stat().st_ino == on_disk[1].stat().st_ino  # linked, not written again
+
+    back = Labelled.from_files(rs.load_latest().files)
+    assert back is not None and [len(r) for r in back.rounds] == [4, 3]
+    assert torch.equal(back.data().take(torch.arange(7)).labels, lab.data().take(torch.arange(7)).labels)
+    assert all(isinstance(f, Reuse) for f in back.files().values())  # known by content: the next one links
+    back.add(demos(7, 5), cap=10)  # the cap cuts the first round: that one is new bytes again
+    again = back.files()
+    assert [type(f).__name__ for f in again.values()] == ["bytes", "Reuse", "bytes"]
+
+    legacy = Labelled.from_files({"dagger.safetensors": to_bytes(demos(0, 6)), "policy.safetensors": b""})
+    assert legacy is not None and len(legacy.rounds) == 1 and legacy.rounds[0].labels[:, 0].tolist() == list(range(6))
+    assert Labelled.from_files({"policy.safetensors": b""}) is None
+    with pytest.raises(ValueError, match="not numbered"):
+        Labelled.from_files({"dagger-00001.safetensors": to_bytes(demos(0, 2))})
+    assert is_dagger_file("dagger.safetensors") and is_dagger_file("dagger-00012.safetensors")
+    assert not is_dagger_file("policy.safetensors")
 
 
 def soft_demos(first: int, n: int) -> Demos:

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from learner.config import DISTILL_ROUNDS, TrainConfig
-from learner.dagger import from_bytes, to_bytes
+from learner.dagger import Labelled, from_bytes, to_bytes
 from learner.learner import Demos
 from learner.losses import il_loss
 from learner.train import train
@@ -110,7 +110,9 @@ def test_a_camera_student_distilled_from_a_privileged_teacher(tmp_path, suite):
           "dagger_iterations": 2, "teacher": source}  # fmt: skip
     r = train(tiny(tmp_path, suite, run="student", stage="distill", il=il, env=cam))
     assert r.state.dagger_round == 2 and r.state.stage == "done"
-    data = from_bytes(CheckpointStore(tmp_path / "store").run("student").load_latest().files["dagger.safetensors"])
+    labelled = Labelled.from_files(CheckpointStore(tmp_path / "store").run("student").load_latest().files)
+    assert labelled is not None and len(labelled.rounds) == 2
+    data = labelled.data().take(torch.arange(len(labelled)))
     assert data.soft is not None and "cameras" in data.obs and "agents" not in data.obs
     assert torch.allclose(data.soft[0].sum(1), torch.ones(len(data)), atol=1e-5)
     assert torch.equal(data.soft[0].argmax(1), data.labels[:, 1])  # its likeliest longitudinal bin, the label's

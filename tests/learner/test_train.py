@@ -248,17 +248,23 @@ def test_dagger_labels_the_states_the_policy_visits_and_a_resume_keeps_them(tmp_
     assert r1.state.dagger_round == 2 and r1.state.stage == "done"
     assert "DAgger will hold up to 40 labelled states" in capsys.readouterr().out  # planned before training
     ck = CheckpointStore(tmp_path / "store").run("tiny").load_latest()
-    data = dagger.from_bytes(ck.files["dagger.safetensors"])
-    assert len(data) == 2 * 24  # two rounds of >= 20 steps: two fragments [6, 2] each
+    labelled = dagger.Labelled.from_files(ck.files)
+    assert labelled is not None and [len(r) for r in labelled.rounds] == [24, 24]  # two fragments [6, 2] a round
+    data = labelled.data().take(torch.arange(len(labelled)))
     assert data.labels.dtype == torch.int64 and set(data.obs) >= {"ego", "route", "agents", "map", "limits"}
     # a resume with one round more: the first two rounds' states are kept, a third joins them
     r2 = train(tiny(tmp_path, suite, stage="il", il={**il, "dagger_rounds": 3}, env=cfg.env))
     assert r2.state.dagger_round == 3
-    again = dagger.from_bytes(CheckpointStore(tmp_path / "store").run("tiny").load_latest().files["dagger.safetensors"])
-    assert len(again) == 3 * 24 and torch.equal(again.labels[: len(data)], data.labels)
+    last = CheckpointStore(tmp_path / "store").run("tiny").load_latest()
+    again = dagger.Labelled.from_files(last.files)
+    assert again is not None and [len(r) for r in again.rounds] == [24, 24, 24]
+    assert torch.equal(again.data().take(torch.arange(48)).labels, data.labels)
+    # the rounds the first run wrote were linked into the resumed run's checkpoints, not written again
+    copies = list((tmp_path / "store" / "tiny").glob("ckpt-*/dagger-00000.safetensors"))
+    assert len(copies) >= 2 and len({p.stat().st_ino for p in copies}) == 1
     # the IL policy kept beside the run (<run>-il) holds the policy, not DAgger's data (only a resume reads it)
     snap = CheckpointStore(tmp_path / "store").run("tiny-il").load_latest()
-    assert dagger.DAGGER_FILE not in snap.files and snap.meta["snapshot_of"] == "tiny"
+    assert not any(map(dagger.is_dagger_file, snap.files)) and snap.meta["snapshot_of"] == "tiny"
     assert (
         snap.files["policy.safetensors"]
         == CheckpointStore(tmp_path / "store").run("tiny").load_latest().files["policy.safetensors"]

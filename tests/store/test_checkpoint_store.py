@@ -9,7 +9,15 @@ import time
 
 import pytest
 
-from store import MANIFEST, CheckpointNotFound, CheckpointStore, CorruptCheckpoint, RetryPolicy, StoreUnavailable
+from store import (
+    MANIFEST,
+    CheckpointNotFound,
+    CheckpointStore,
+    CorruptCheckpoint,
+    RetryPolicy,
+    Reuse,
+    StoreUnavailable,
+)
 from tests.s3_servers import free_port
 from tests.store.helpers import payload
 
@@ -64,6 +72,56 @@ def test_a_listing_that_lags_never_makes_a_commit_write_into_an_existing_version
     assert {name: backend.raw.read(f"r/{name}") for name in kept} == kept
     assert rs.versions() == [1, 3, 4]
     assert [rs.load(v).files for v in (1, 3, 4)] == [payload(1), payload(2), payload(3)]
+
+
+def test_a_reused_file_is_taken_from_the_version_that_holds_it_never_serialised_again(backend):
+    big = bytes(range(256)) * 400
+    made = []
+
+    def make(data: bytes):
+        return lambda: made.append(len(data)) or data
+
+    store = backend.store()
+    rs = store.run("r")
+    assert rs.commit({"big": big, "small": b"1"}, {"i": 1}) == 1
+    assert rs.commit({"big": Reuse.of(big, make(big)), "small": b"2"}, {"i": 2}) == 2
+    assert made == []  # taken from version 1 (a hard link; a server-side copy on S3), not made again
+    manifests = [json.loads(backend.raw.read(f"r/ckpt-0000000{v}/{MANIFEST}")) for v in (1, 2)]
+    assert (
+        manifests[1]["files"]["big"]
+        == manifests[0]["files"]["big"]
+        == {
+            "size": len(big),
+            "sha256": hashlib.sha256(big).hexdigest(),
+        }
+    )
+    if backend.kind == "local":  # one file on disk, two names
+        paths = [backend.raw.root / f"r/ckpt-0000000{v}/big" for v in (1, 2)]
+        assert paths[0].stat().st_ino == paths[1].stat().st_ino
+    assert backend.raw.names("r/ckpt-00000002") == ["MANIFEST.json", "big", "small"]  # no temporary left
+    with rs.acquire("trainer"):
+        assert rs.retain(keep_last=1, keep_best=0) == [1]
+    assert rs.load(2).files == {"big": big, "small": b"2"}  # whole after its source version went
+
+    # Under another name, from the newest version that has it; new bytes are made once.
+    other = bytes(1000)
+    assert rs.commit({"copy": Reuse.of(big, make(big)), "new": Reuse.of(other, make(other))}, {}) == 3
+    assert made == [len(other)]
+    assert rs.load(3).files == {"copy": big, "new": other}
+
+    # A RunStore that has not read a version takes nothing from it: it makes the bytes.
+    fresh = backend.store().run("r")
+    assert fresh.commit({"big": Reuse.of(big, make(big))}, {}) == 4
+    assert made == [len(other), len(big)]
+    fresh.load(4)
+    assert fresh.commit({"big": Reuse.of(big, make(big))}, {}) == 5 and len(made) == 2
+
+    # make() must give the bytes it was described by; nothing is committed otherwise.
+    with pytest.raises(ValueError, match="do not match"):
+        rs.commit({"x": Reuse(10, hashlib.sha256(b"a" * 10).hexdigest(), lambda: b"b" * 10)}, {})
+    with pytest.raises(ValueError, match="needs a size, a sha256"):
+        rs.commit({"x": Reuse(10, "not-a-digest", lambda: b"")}, {})
+    assert rs.versions() == [2, 3, 4, 5]
 
 
 def test_load_returns_exact_bytes_and_meta(backend):
