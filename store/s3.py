@@ -295,12 +295,20 @@ class S3Backend:
         missing from one. Object reads are consistent where listings are not: ask for the two
         markers by name (one HEAD each) before writing a single file under the number.
         """
-        from pyarrow import fs as pafs
+        return not any(self._exists(version_rel(run, version, name)) for name in (MANIFEST, QUARANTINE))
 
-        paths = [self._path(version_rel(run, version, name)) for name in (MANIFEST, QUARANTINE)]
-        with _s3_errors(f"checking {self.describe(version_rel(run, version))}"):
-            infos = self.fs.get_file_info(paths)
-        return all(info.type == pafs.FileType.NotFound for info in infos)
+    def _exists(self, rel: str) -> bool:
+        """One HEAD request (pyarrow's file info adds a listing, the very thing that may lag)."""
+        from botocore.exceptions import ClientError
+
+        try:
+            with _s3_errors(f"checking {self.describe(rel)}"):
+                self.client.head_object(Bucket=self.bucket, Key=self.key(rel))
+        except ClientError as exc:
+            if _client_status(exc)[0] == 404:
+                return False
+            raise
+        return True
 
     def sync_dir(self, rel: str) -> None:
         pass

@@ -259,6 +259,9 @@ class SwiftServer(S3Server):
             "[pipeline:main]\npipeline = catch_errors gatekeeper healthcheck proxy-logging cache listing_formats bulk "
             "s3api tempauth copy slo dlo versioned_writes symlink proxy-logging proxy-server\n"
             "[app:proxy-server]\nuse = egg:swift#proxy\nallow_account_management = true\naccount_autocreate = true\n"
+            # One replica of each server: the proxy's error limiting (a node that failed 10 times is skipped for
+            # 60 s) would turn a restart seen by retrying clients into a minute of 503s for everything.
+            "error_suppression_interval = 1\n"
             "[filter:s3api]\nuse = egg:swift#s3api\nlocation = us-east-1\n"
             "[filter:tempauth]\nuse = egg:swift#tempauth\nuser_test_tester = testing .admin\n"
             + filters
@@ -267,18 +270,21 @@ class SwiftServer(S3Server):
         )
 
     def start(self) -> None:
-        for name in (*self.SERVERS, "proxy"):
-            log = open(self.log_dir / f"{name}.log", "ab")
-            self.procs[name] = subprocess.Popen(
-                [str(self.venv / "bin" / f"swift-{name}-server"), str(self.base / f"etc/{name}-server.conf"), "-v"],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-            )
-            log.close()
-        procs = list(self.procs.values())
-        for port in (*self.ports.values(), self.port):
-            self._wait_port(port, procs, timeout=60.0)
+        # The storage servers first, the proxy once they listen: a proxy up before them answers the clients that
+        # retry through a restart with errors, and error-limits the servers it could not reach.
+        for group in (self.SERVERS, ("proxy",)):
+            for name in group:
+                log = open(self.log_dir / f"{name}.log", "ab")
+                self.procs[name] = subprocess.Popen(
+                    [str(self.venv / "bin" / f"swift-{name}-server"), str(self.base / f"etc/{name}-server.conf"), "-v"],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                )
+                log.close()
+            procs = list(self.procs.values())
+            for port in [self.ports[n] for n in group if n in self.ports] or [self.port]:
+                self._wait_port(port, procs, timeout=60.0)
         deadline = time.monotonic() + 60.0
         while True:
             try:
