@@ -281,10 +281,13 @@ class RunStore:
             version += 1  # another writer took that number, or a lagging listing hid it
         try:
             entries = {}
+            linked = 0
             for name, data in files.items():
                 rel = version_rel(self.name, version, name)
                 if isinstance(data, Reuse):
-                    if not self._reuse(data, rel, version, r):
+                    if self._reuse(data, rel, version, r):
+                        linked += data.size
+                    else:
                         payload = data.bytes()
                         r(partial(self._b.write, rel, payload), f"writing {self._b.describe(rel)}")
                     entries[name] = data.entry
@@ -311,11 +314,12 @@ class RunStore:
             with self._writing_lock:
                 self._writing.discard(version)
         log.info(
-            "run '%s': committed version %d (%d files, %d bytes)",
+            "run '%s': committed version %d (%d files, %d bytes, %d of them taken from earlier versions)",
             self.name,
             version,
             len(files),
             sum(e["size"] for e in entries.values()),
+            linked,
         )
         return version
 

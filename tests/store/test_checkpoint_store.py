@@ -74,7 +74,7 @@ def test_a_listing_that_lags_never_makes_a_commit_write_into_an_existing_version
     assert [rs.load(v).files for v in (1, 3, 4)] == [payload(1), payload(2), payload(3)]
 
 
-def test_a_reused_file_is_taken_from_the_version_that_holds_it_never_serialised_again(backend):
+def test_a_reused_file_is_taken_from_the_version_that_holds_it_never_serialised_again(backend, caplog):
     big = bytes(range(256)) * 400
     made = []
 
@@ -84,8 +84,10 @@ def test_a_reused_file_is_taken_from_the_version_that_holds_it_never_serialised_
     store = backend.store()
     rs = store.run("r")
     assert rs.commit({"big": big, "small": b"1"}, {"i": 1}) == 1
-    assert rs.commit({"big": Reuse.of(big, make(big)), "small": b"2"}, {"i": 2}) == 2
+    with caplog.at_level(logging.INFO, logger="store"):
+        assert rs.commit({"big": Reuse.of(big, make(big)), "small": b"2"}, {"i": 2}) == 2
     assert made == []  # taken from version 1 (a hard link; a server-side copy on S3), not made again
+    assert f"committed version 2 (2 files, {len(big) + 1} bytes, {len(big)} of them taken from earlier" in caplog.text
     manifests = [json.loads(backend.raw.read(f"r/ckpt-0000000{v}/{MANIFEST}")) for v in (1, 2)]
     assert (
         manifests[1]["files"]["big"]
