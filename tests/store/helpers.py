@@ -50,6 +50,12 @@ class Raw:
         else:
             self.client.put_object(Bucket=self.server.bucket, Key=self._key(rel), Body=data)
 
+    def delete(self, rel: str) -> None:
+        if self.root is not None:
+            (self.root / rel).unlink()
+        else:
+            self.client.delete_object(Bucket=self.server.bucket, Key=self._key(rel))
+
     def names(self, rel: str) -> list[str]:
         """Every file below ``rel``, relative to it."""
         if self.root is not None:

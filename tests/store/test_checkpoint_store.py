@@ -118,12 +118,20 @@ def test_a_reused_file_is_taken_from_the_version_that_holds_it_never_serialised_
     fresh.load(4)
     assert fresh.commit({"big": Reuse.of(big, make(big))}, {}) == 5 and len(made) == 2
 
+    # A file gone from the version that listed it (removed around the store): an older one, else make().
+    backend.raw.delete("r/ckpt-00000005/big")
+    assert fresh.commit({"big": Reuse.of(big, make(big))}, {}) == 6 and len(made) == 2  # from version 4
+    backend.raw.delete("r/ckpt-00000004/big")
+    backend.raw.delete("r/ckpt-00000006/big")
+    assert fresh.commit({"big": Reuse.of(big, make(big))}, {}) == 7 and len(made) == 3
+    assert fresh.load(7).files == {"big": big}
+
     # make() must give the bytes it was described by; nothing is committed otherwise.
     with pytest.raises(ValueError, match="do not match"):
         rs.commit({"x": Reuse(10, hashlib.sha256(b"a" * 10).hexdigest(), lambda: b"b" * 10)}, {})
     with pytest.raises(ValueError, match="needs a size, a sha256"):
         rs.commit({"x": Reuse(10, "not-a-digest", lambda: b"")}, {})
-    assert rs.versions() == [2, 3, 4, 5]
+    assert rs.versions() == [2, 3, 4, 5, 6, 7]
 
 
 def test_load_returns_exact_bytes_and_meta(backend):
