@@ -124,7 +124,10 @@ class Labelled:
 
     def data(self) -> Demos | DemoParts:
         """All of them as one (no copy): what imitation samples."""
-        return self.rounds[0] if len(self.rounds) == 1 else DemoParts(tuple(self.rounds))
+        out = DemoParts.of(self.rounds)
+        if out is None:
+            raise ValueError("Labelled.data: no round labelled yet")
+        return out
 
     def files(self) -> dict[str, bytes | Reuse]:
         """A checkpoint's files: each round serialised the first time, named by content after that."""

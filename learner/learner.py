@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -128,6 +128,13 @@ class DemoParts:
             raise ValueError("DemoParts: no parts")
         for p in self.parts[1:]:
             _same_obs_parts("DemoParts", self.parts[0], p)
+
+    @classmethod
+    def of(cls, parts: Sequence[Demos]) -> Demos | DemoParts | None:
+        """``parts`` as one sample space: None if there are none, the one part itself if there is one."""
+        if not parts:
+            return None
+        return parts[0] if len(parts) == 1 else cls(tuple(parts))
 
     def __len__(self) -> int:
         return sum(len(p) for p in self.parts)

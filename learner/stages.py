@@ -201,10 +201,8 @@ class Stages:
     def imitation_data(self, demos: Demos | None) -> ImitationData | None:
         """What IL learns from: the expert's own states, and the states DAgger labelled (when it ran), sampled
         side by side (``DemoParts``: no concatenated copy of the labelled states' images)."""
-        parts = ([demos] if demos is not None else []) + (self.dagger_data.rounds if self.dagger_data else [])
-        if not parts:
-            return None
-        return parts[0] if len(parts) == 1 else DemoParts(tuple(parts))
+        labelled = self.dagger_data.rounds if self.dagger_data else []
+        return DemoParts.of(([demos] if demos is not None else []) + labelled)
 
     def dagger_round(self, state: ckpt_io.TrainState, demos: Demos) -> None:
         """One DAgger round (``learner.dagger``): the policy drives ``il.dagger_steps`` env-steps, ``il.teacher``

@@ -25,6 +25,15 @@ from store.lease import parse_lease_record
 log = logging.getLogger(__name__)
 
 
+# What os.link raises on a file system without hard links (FUSE mounts of object stores, some network shares).
+_NO_HARD_LINKS = (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS)
+
+
+def _tmp_beside(final: str) -> str:
+    """A fresh hidden name in ``final``'s folder, for a file renamed or linked onto ``final`` once whole."""
+    return os.path.join(os.path.dirname(final), f".{os.path.basename(final)}.tmp-{uuid.uuid4().hex}")
+
+
 def fsync_dir(path: str) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -81,7 +90,7 @@ class LocalBackend:
         os.makedirs(self.describe(rel), exist_ok=True)
 
     def _write_tmp(self, final: str, data: bytes) -> str:
-        tmp = os.path.join(os.path.dirname(final), f".{os.path.basename(final)}.tmp-{uuid.uuid4().hex}")
+        tmp = _tmp_beside(final)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             view = memoryview(data)
@@ -112,12 +121,12 @@ class LocalBackend:
         deleting either name leaves the other whole; a copy where the file system has no hard links.
         FileNotFoundError if ``src_rel`` is not there."""
         src, final = self.describe(src_rel), self.describe(rel)
-        tmp = os.path.join(os.path.dirname(final), f".{os.path.basename(final)}.tmp-{uuid.uuid4().hex}")
+        tmp = _tmp_beside(final)
         try:
             try:
                 os.link(src, tmp)
             except OSError as exc:
-                if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS, errno.EXDEV):
+                if exc.errno not in (*_NO_HARD_LINKS, errno.EXDEV):
                     raise
                 shutil.copyfile(src, tmp)
                 fd = os.open(tmp, os.O_RDONLY)
@@ -139,7 +148,7 @@ class LocalBackend:
         except FileExistsError:
             return False
         except OSError as exc:
-            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS):
+            if exc.errno not in _NO_HARD_LINKS:
                 raise
             # No hard links (FUSE mounts of object stores): create-only but not atomic; a reader that
             # catches it half-written sees invalid JSON, i.e. no valid commit yet.

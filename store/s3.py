@@ -266,7 +266,8 @@ class S3Backend:
             with _s3_errors(f"copying {self.describe(src_rel)} to {self.describe(rel)}"):
                 self.client.copy(source, self.bucket, self.key(rel))
         except ClientError as exc:
-            if _client_status(exc)[0] == 404 or _client_status(exc)[1] in ("NoSuchKey", "404"):
+            status, code = _client_status(exc)
+            if status == 404 or code in ("NoSuchKey", "404"):
                 raise FileNotFoundError(self.describe(src_rel)) from exc
             raise
 
