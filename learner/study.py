@@ -54,7 +54,7 @@ from evaluation.stats import mcnemar, paired_difference, seed_interval
 from learner.config import EvalConfig, ILConfig, StoreConfig, TrainConfig
 from learner.study_report import PAIRED, SUMMARY, plot, report_md
 from learner.train import il_snapshot_name, train
-from policy.sources import redact_tree
+from policy.sources import redact_tree, resolve_policy_source
 from rollout.job import check_job_path
 from sim.configs import ConfigError, field, non_defaults, parse_cli, to_dict
 from sim.files import atomic_write
@@ -120,8 +120,10 @@ class StudyConfig:
     dagger_teacher: str = field(
         "reactive",
         help="who labels the DAgger arm's states: 'reactive' (the reactive expert), 'teacher' (the seed's privileged "
-        "teacher, trained first; needs teacher=true) or a privileged policy SOURCE. In camera mode the arm is stage "
-        "distill: the camera student drives, the teacher labels (its action distribution, for a policy teacher)",
+        "teacher, trained first; needs teacher=true) or a privileged policy SOURCE (trained beforehand, e.g. by "
+        "docs/study-teacher; driven beside each seed on its own privileged observation, and the student's 0.9x "
+        "target held against it). In camera mode the arm is stage distill: the camera student drives, the teacher "
+        "labels (its action distribution, for a policy teacher)",
     )
     share_perception: bool = field(
         True,
@@ -297,10 +299,28 @@ def evaluate_seed(cfg: StudyConfig, tcfg: TrainConfig, seed: int) -> dict:
 ABLATIONS = (("cameras blanked", "blank"), ("another clip's frames", "shuffle"))
 CAMERA_POLICY = "camera policy"
 TEACHER = "privileged teacher"
+DISTILL_TEACHER = "distill teacher (dagger_teacher)"
 
 
-def evaluate_policy(cfg: StudyConfig, spec: str, env: dict, out: Path, seed: int, ray_address: str) -> dict:
-    """One policy on ``eval_suite`` with the env settings ``env``: its metrics and per-clip values."""
+def given_teacher(cfg: StudyConfig) -> str | None:
+    """The DAgger arm's labeller when it is a policy SOURCE the user gave (``dagger_teacher``), else None."""
+    return cfg.dagger_teacher if cfg.dagger and cfg.dagger_teacher not in ("reactive", "teacher") else None
+
+
+def source_pin(spec: str) -> list[str]:
+    """A cache key for any policy SOURCE, whichever store or folder it is in: a checkpoint's run, version and
+    manifest digest, or an exported package's folder and policy.json digest."""
+    prov = resolve_policy_source(spec).provenance
+    if prov.get("kind") == "checkpoint":
+        return [f"{prov.get('run')}@{prov.get('version')}", str(prov.get("manifest_sha256"))]
+    return [str(prov.get("path")), str(prov.get("policy_json_sha256"))]
+
+
+def evaluate_policy(
+    cfg: StudyConfig, spec: str, env: dict, out: Path, seed: int, ray_address: str, pins: list[str] | None = None
+) -> dict:
+    """One policy on ``eval_suite`` with the env settings ``env``: its metrics and per-clip values. pins: what
+    identifies the policy's weights in the cache key (default: ``spec`` resolved in the study's store)."""
     ecfg = EvaluateConfig(
         policy=spec,
         suite=cfg.eval_suite,
@@ -326,12 +346,14 @@ def evaluate_policy(cfg: StudyConfig, spec: str, env: dict, out: Path, seed: int
             "clips": {r["scenario"]: clip_values(r) for r in recs},
         }
 
-    return _cached_evaluation(out, {"config": to_dict(ecfg), "checkpoints": _pinned(cfg.train, [spec])}, compute)
+    pinned = _pinned(cfg.train, [spec]) if pins is None else pins
+    return _cached_evaluation(out, {"config": to_dict(ecfg), "checkpoints": pinned}, compute)
 
 
 def images_seed(cfg: StudyConfig, tcfg: TrainConfig, seed: int) -> dict:
-    """The seed's camera policy with other images (ABLATIONS), and the privileged teacher (trained here,
-    or found trained) when ``cfg.teacher``: {label: evaluate_policy(...)}."""
+    """The seed's camera policy with other images (ABLATIONS), the privileged teacher (trained here, or found
+    trained) when ``cfg.teacher``, and the DAgger arm's labeller when it is a SOURCE the user gave
+    (``given_teacher``, on its own observation: its training env settings): {label: evaluate_policy(...)}."""
     out: dict[str, dict] = {}
     spec = policy_specs(tcfg)["rl+il"]
     if cfg.ablations and tcfg.env.observation == "camera" and tcfg.env.cameras:
@@ -345,6 +367,10 @@ def images_seed(cfg: StudyConfig, tcfg: TrainConfig, seed: int) -> dict:
         folder = Path(cfg.out) / f"eval-s{seed}-teacher"
         ev = evaluate_policy(cfg, policy_specs(teacher)["rl+il"], non_defaults(teacher.env), folder, seed, "")
         out[TEACHER] = {**ev, "train": trained}
+    given = given_teacher(cfg)
+    if given is not None:
+        folder = Path(cfg.out) / f"eval-s{seed}-distill-teacher"
+        out[DISTILL_TEACHER] = evaluate_policy(cfg, given, {}, folder, seed, "", pins=source_pin(given))
     return out
 
 
@@ -475,7 +501,8 @@ def camera_checks(agg: dict, more: dict, camera: dict, best: str) -> dict:
 
 def camera_targets(cfg: StudyConfig, agg: dict, imgs: dict) -> dict | None:
     """What :func:`camera_checks` needs, for a camera study (None otherwise): the distill teacher's driving score
-    (reactive's when it labelled and was driven, else the privileged teacher's) and the images section."""
+    (reactive's when it labelled and was driven, the study's privileged teacher's when it labelled, the given
+    SOURCE's when one labelled) and the images section."""
     if cfg.train.env.observation != "camera" or not cfg.train.env.cameras:
         return None
     teacher_ds = None
@@ -483,6 +510,8 @@ def camera_targets(cfg: StudyConfig, agg: dict, imgs: dict) -> dict | None:
         teacher_ds = agg["reactive"]["DS"]["mean"]
     elif cfg.dagger_teacher == "teacher" and TEACHER in imgs:
         teacher_ds = imgs[TEACHER]["metrics"]["DS"]["mean"]
+    elif DISTILL_TEACHER in imgs:
+        teacher_ds = imgs[DISTILL_TEACHER]["metrics"]["DS"]["mean"]
     return {"teacher_ds": teacher_ds, "images": imgs}
 
 

@@ -143,7 +143,9 @@ def images_md(study: dict) -> list[str]:
             "",
             f"The final camera policy (RL+IL) on `{study['config']['eval_suite']}` with its own images, with its "
             "cameras blanked (flat grey), with another clip's frames (the rig's view on another clip's expert "
-            "drive), and the privileged teacher (ground truth, no cameras) when trained. Means across seeds "
+            "drive), the privileged teacher (ground truth, no cameras) when trained, and the distilled student's "
+            "teacher when a policy given as dagger_teacher labelled it (on its own privileged observation). Means "
+            "across seeds "
             "with t intervals; then each against the camera policy on the same clips (pooled over seeds x "
             "clips, bootstrap 95 % interval).",
             "",

@@ -15,7 +15,7 @@ import pytest
 from learner.study import STAGES, StudyConfig, aggregate, paired, run, verdict
 from scenarios import save
 from sim.configs import from_dict
-from store import StoreFolder, scratch_folder
+from store import CheckpointStore, StoreFolder, scratch_folder
 from tests.envs.handmade import straight_scenario
 
 
@@ -202,3 +202,52 @@ def test_the_studies_the_readme_runs_read_as_configs(name):
     if name == "study-pixels":  # from cameras: one perception run shared by the seeds, the student distilled
         assert tcfg.env.observation == "camera" and tcfg.perception.run == "pixels-perception"
         assert dagger_run(cfg, 0).stage == "perception+distill+rl" and cfg.dagger_rounds == 12
+
+
+def test_a_given_teacher_is_driven_on_its_own_observation_and_is_the_students_yardstick(tmp_path, suite, caplog):
+    """dagger_teacher=<a privileged policy SOURCE>: each seed drives it beside the camera policies on its own
+    (privileged, camera-less) observation, with the very figures python -m evaluation gives for it alone; the
+    student's 0.9x target is then held against its driving score; a rerun reads the evaluation back while
+    @latest is the same checkpoint and drives it again once a newer one is committed."""
+    from evaluation.evaluate import EvaluateConfig
+    from evaluation.evaluate import run as run_evaluation
+    from evaluation.metrics import rad_metrics
+    from learner.study import DISTILL_TEACHER, camera_targets, images_seed, seed_run, source_pin
+    from learner.train import train
+    from tests.learner.test_train import tiny
+
+    priv = {"cameras": False, "observation": "privileged", "resolution": [32, 16], "render_backend": "cpu"}
+    train(tiny(tmp_path, suite, run="given", stage="il", env=priv))
+    spec = f"{tmp_path / 'store'}/given@latest"
+    cfg = dataclasses.replace(tiny_study(tmp_path, suite), ablations=False, dagger=True, dagger_teacher=spec)
+    got = images_seed(cfg, seed_run(cfg, 0), 0)
+    assert list(got) == [DISTILL_TEACHER]
+    ev = got[DISTILL_TEACHER]
+    alone = run_evaluation(
+        EvaluateConfig(policy=spec, suite=str(suite), out=str(tmp_path / "alone"), seed=0, num_actors=0, num_envs=2)
+    )
+    recs = alone.records[alone.summary["order"][0]]
+    assert ev["metrics"] == rad_metrics(recs) and set(ev["clips"]) == {"plain", "lead"}
+    run = CheckpointStore(tmp_path / "store").run("given")
+    v = run.versions()[-1]
+    assert source_pin(spec)[0] == f"given@{v}"
+
+    # the target's yardstick: this teacher's driving score (reactive's only when reactive labelled)
+    imgs = {DISTILL_TEACHER: {"metrics": {"DS": {"mean": 0.8}}}}
+    assert camera_targets(cfg, {"reactive": {"DS": {"mean": 0.99}}}, imgs)["teacher_ds"] == 0.8
+    reactive = dataclasses.replace(cfg, dagger_teacher="reactive")
+    assert camera_targets(reactive, {"reactive": {"DS": {"mean": 0.99}}}, {})["teacher_ds"] == 0.99
+
+    # read back while the checkpoint is the same; a newer one is driven again
+    def read_back() -> bool:
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="learner.study"):
+            assert images_seed(cfg, seed_run(cfg, 0), 0)[DISTILL_TEACHER]["metrics"] == ev["metrics"]
+        return "done already" in caplog.text
+
+    assert read_back()
+    latest = run.load(v)
+    run.commit(dict(latest.files), dict(latest.meta))  # a newer version (the same weights): @latest moves on
+    assert source_pin(spec)[0] == f"given@{v + 1}"
+    assert not read_back()
+    assert read_back()
