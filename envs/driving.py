@@ -68,6 +68,7 @@ from envs.reward import collision_part, detect_events, first_event, reward_parts
 from envs.scenario_data import ScenarioData
 from envs.suite import ScenarioPool, resolve_scenarios
 from scenarios.actions import ActionSpec, nearest_bins, project_feasible
+from scenarios.reactive import ReactiveSettings
 from sim import rendering  # called as rendering.render: the one place envs.bench and tests count or patch
 from sim.camera import make_rig
 from sim.dynamics import ANCHOR_HORIZON, anchor_to_controls, bicycle_step
@@ -584,13 +585,15 @@ class DrivingEnv(gym.Env):
             self._set_cameras(self._render_one(*request))
         return self._obs
 
-    def reactive_label(self) -> np.ndarray:
+    def reactive_label(self, settings: ReactiveSettings | None = None) -> np.ndarray:
         """The reactive expert's action for the current state: int64 [2] (lateral index, longitudinal index) on
         this env's bins, the nearest feasible pair to its target displacement over the next 0.5 s
         (``scenarios.reactive``: it reads only what is observable now). The label of any state a policy
-        reaches (DAgger)."""
+        reaches (DAgger). ``settings``: the expert's (``scenarios.ReactiveSettings``; None: the defaults, the
+        ``reactive`` baseline's)."""
         d = self._loaded
-        row = d.reactive.actions(self._state[None], self._t)[0]  # [lateral m, longitudinal m, ...]
+        scene = d.reactive if settings is None else d.reactive_with(settings)
+        row = scene.actions(self._state[None], self._t)[0]  # [lateral m, longitudinal m, ...]
         return nearest_bins(row[0], row[1], self.action_spec)
 
     def camera_request(self):

@@ -19,7 +19,7 @@ import numpy as np
 from envs.kernels import path_points, project_path
 from scenarios.actions import ActionSpec, nearest_bins
 from scenarios.expert import expert_displacements
-from scenarios.reactive import ReactiveRoute, ReactiveScene, agent_velocities
+from scenarios.reactive import DEFAULT_SETTINGS, ReactiveRoute, ReactiveScene, ReactiveSettings, agent_velocities
 from scenarios.scene import cloud_key, load_cloud, load_scene
 from sim.collision import StaticIndex
 from sim.frames import wrap_angle
@@ -117,7 +117,7 @@ class ScenarioData:
             labels = np.concatenate([labels, np.repeat(labels[-1:], H + 1 - len(labels), axis=0)])
         self.expert_action = np.ascontiguousarray(labels[: H + 1])
         self.expert_displacement = disp
-        self._reactive: ReactiveScene | None = None
+        self._reactive: dict[ReactiveSettings, ReactiveScene] = {}
 
     # -- the reactive expert: labels any state (DAgger), built on first use -------------------------
     @property
@@ -126,14 +126,19 @@ class ScenarioData:
         limits (``.route.s``, ``.route.limit`` m/s along ``.route.xy``) and these tables' agents (their
         velocities are ``agent_vel``) and obstacles. ``d.reactive.action(state, t)`` is its decision for
         the ego at state [4] (x, y, yaw, v) at step t."""
-        if self._reactive is None:
-            self._reactive = ReactiveScene(
-                ReactiveRoute.of(self.scenario), self.agent_xy, self.agent_yaw,
+        return self.reactive_with(DEFAULT_SETTINGS)
+
+    def reactive_with(self, settings: ReactiveSettings) -> ReactiveScene:
+        """:attr:`reactive` with other settings (DAgger's labeller, ``il.labeller``), built once per settings."""
+        scene = self._reactive.get(settings)
+        if scene is None:
+            scene = self._reactive[settings] = ReactiveScene(
+                ReactiveRoute.of(self.scenario, settings), self.agent_xy, self.agent_yaw,
                 np.ascontiguousarray(self.agent_size[:, :2]), self.agent_vel, self.agent_present,
                 np.ascontiguousarray(self.obstacle_pose[:, :2]), np.ascontiguousarray(self.obstacle_pose[:, 3]),
-                np.ascontiguousarray(self.obstacle_size[:, :2]), self.scenario.ego, self.dt,
+                np.ascontiguousarray(self.obstacle_size[:, :2]), self.scenario.ego, self.dt, settings,
             )  # fmt: skip
-        return self._reactive
+        return scene
 
     # -- the scene: loaded per episode (``scenarios.scene`` keeps the PLYs in a bounded cache) -----
     def load_scene(self):

@@ -13,6 +13,7 @@ from envs.config import EnvConfig
 from policy.network import PolicyConfig
 from rollout.group import check_resources
 from scenarios.format import DEFAULT_DT
+from scenarios.reactive import ReactiveSettings
 from sim.configs import coerce_fields, field
 from store import check_name
 
@@ -117,6 +118,13 @@ class ILConfig:
         "distribution: cross-entropy to its longitudinal probabilities and its lateral ones given its likeliest "
         "longitudinal bin)",
     )
+    labeller: dict = field(
+        {},
+        help="il.teacher=reactive: the labelling expert's settings (scenarios.ReactiveSettings fields, e.g. "
+        "il.labeller.sensing_range=36 il.labeller.nudge_ramp_time=1.5): labels a camera student can follow, from "
+        "an expert that sees no farther than its grid; {}: the defaults, the reactive baseline's. Only the labels "
+        "change: the task, its scoring and evaluation's reactive stay as they are",
+    )
     dagger_iterations: int = field(20, help="IL iterations on the aggregated data after each DAgger round")
     dagger_max: int = field(200_000, help="most labelled visited states kept (the oldest go first)")
 
@@ -130,6 +138,10 @@ class ILConfig:
             raise ValueError(
                 f"il: dagger_steps and dagger_max must be >= 1, got {self.dagger_steps}, {self.dagger_max}"
             )
+        if self.labeller:
+            if self.teacher != "reactive":
+                raise ValueError(f"il.labeller sets the reactive expert's settings, but il.teacher={self.teacher!r}")
+            ReactiveSettings.with_overrides(self.labeller, "il.labeller")
         if self.rl_rounds < 0 or self.il_rounds < 0 or self.rl_rounds + self.il_rounds == 0:
             raise ValueError("il: rl_rounds and il_rounds must be >= 0 and not both 0")
 

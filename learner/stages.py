@@ -211,8 +211,8 @@ class Stages:
         cfg, il = self.cfg, self.cfg.il
         t0 = time.perf_counter()
         self.rollout_group.set_weights(state.version, self.learner_group.weights())
-        if self._teacher is None:
-            self._teacher = make_teacher(il.teacher)  # resolved once: a policy teacher's checkpoint is verified here
+        if self._teacher is None:  # resolved once: a policy teacher's checkpoint is verified here
+            self._teacher = make_teacher(il.teacher, il.labeller)
         new, m = dagger.collect(
             self.rollout_group, il.dagger_steps, cfg.rollout.fragment_length, cfg.rollout.timeout_s, self._teacher
         )

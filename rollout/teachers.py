@@ -5,9 +5,10 @@ one value per sub-env; rollout workers record it beside the fragment's steps (``
 episode's records. They travel to Ray actors pickled: module-level functions by reference, a
 :class:`PolicyTeacher` with its weights (its network is built once per process, on first use).
 
-Two teachers:
+Teachers:
 
-- ``reactive_labels``: the reactive expert's bins, int64 [N, 2] (DAgger's labels).
+- ``reactive_labels``: the reactive expert's bins, int64 [N, 2] (DAgger's labels); :class:`ReactiveTeacher` the
+  same from an expert with other settings (``il.labeller``).
 - :class:`PolicyTeacher`: a privileged policy (a checkpoint trained with ``env.observation=privileged``)
   reading the privileged observation of each state a camera policy visits (``DrivingEnv.observe_as``), the
   camera student never sees it. float32 [N, 3 + n_long + n_lat]: its likeliest bins (lateral, longitudinal),
@@ -23,12 +24,25 @@ import torch
 from envs.vector import VectorDrivingEnv
 from policy.network import MASK_KEYS, ExportPolicy
 from policy.sources import PolicySource, resolve_policy_source
+from scenarios.reactive import ReactiveSettings
 
 
 def reactive_labels(venv: VectorDrivingEnv, obs, infos) -> np.ndarray:
     """int64 [N, 2]: the reactive expert's (lateral, longitudinal) bins for each sub-env's current state
     (``DrivingEnv.reactive_label``): DAgger's labels."""
     return np.stack([env.reactive_label() for env in venv.envs])
+
+
+class ReactiveTeacher:
+    """:func:`reactive_labels` from a reactive expert with other settings (``il.labeller``): ``settings``,
+    fields of ``scenarios.ReactiveSettings`` (e.g. {"sensing_range": 36.0}); unknown names and values <= 0 are
+    refused here, before any rollout."""
+
+    def __init__(self, settings: dict):
+        self.settings = ReactiveSettings.with_overrides(settings, "il.labeller")
+
+    def __call__(self, venv: VectorDrivingEnv, obs, infos) -> np.ndarray:
+        return np.stack([env.reactive_label(self.settings) for env in venv.envs])
 
 
 class PolicyTeacher:
@@ -75,9 +89,13 @@ class PolicyTeacher:
         return torch.cat([action.float(), n_long, p_long, p_lat], 1).numpy().astype(np.float32)
 
 
-def make_teacher(spec: str):
-    """``il.teacher``: 'reactive' or a privileged policy SOURCE."""
-    return reactive_labels if spec == "reactive" else PolicyTeacher(spec)
+def make_teacher(spec: str, labeller: dict | None = None):
+    """``il.teacher``: 'reactive' (with ``il.labeller``'s settings when given) or a privileged policy SOURCE."""
+    if spec != "reactive":
+        if labeller:
+            raise ValueError(f"il.labeller sets the reactive expert's settings, but il.teacher={spec!r}")
+        return PolicyTeacher(spec)
+    return ReactiveTeacher(labeller) if labeller else reactive_labels
 
 
 TEACHERS = {"reactive": reactive_labels}

@@ -48,7 +48,7 @@ plain-numpy reference of the same rules, held to it by tests.
 from __future__ import annotations
 
 import math
-from dataclasses import astuple, dataclass, field
+from dataclasses import astuple, dataclass, field, fields
 from functools import cached_property
 
 import numpy as np
@@ -100,6 +100,19 @@ class ReactiveSettings:
         bad = [f"{k}={v}" for k, v in zip(self.__dataclass_fields__, astuple(self), strict=True) if not v > 0]
         if bad:
             raise ValueError(f"ReactiveSettings: every setting must be > 0, got {', '.join(bad)}")
+
+    @staticmethod
+    def with_overrides(overrides: dict, where: str = "ReactiveSettings") -> ReactiveSettings:
+        """The defaults with ``overrides`` ({name: number}) in place; an unknown name or a value that is not a
+        number > 0 is a ValueError naming ``where`` (the setting a user wrote)."""
+        names = [f.name for f in fields(ReactiveSettings)]
+        unknown = sorted(set(overrides) - set(names))
+        if unknown:
+            raise ValueError(f"{where}: unknown setting(s) {unknown}; the reactive expert's are {names}")
+        try:
+            return ReactiveSettings(**{k: float(v) for k, v in overrides.items()})
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{where}: {e}") from None
 
     @cached_property
     def array(self) -> np.ndarray:

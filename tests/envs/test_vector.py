@@ -183,3 +183,29 @@ def test_make_vec_gives_the_batched_env(plain):
     assert isinstance(venv, VectorDrivingEnv) and venv.num_envs == 2
     obs, _ = venv.reset(seed=0)
     assert obs["cameras"].shape == (2, 3, 16, 32, 3)
+
+
+def test_dagger_labels_from_a_reactive_expert_with_other_settings(lead):
+    """rollout.teachers: il.labeller's expert labels each sub-env's state as scenarios.ReactiveScene built from the
+    scenario with those settings does; a stopped car 16 m ahead (its centre from the rear axle) makes the default
+    expert brake, one that senses 5 m drives on as on a free road."""
+    from rollout.teachers import ReactiveTeacher, make_teacher, reactive_labels
+    from scenarios.actions import nearest_bins
+    from scenarios.reactive import ReactiveScene, ReactiveSettings
+
+    venv = VectorDrivingEnv([lead], 2, {**FAST, "cameras": False})
+    _, infos = venv.reset(seed=0)
+    short = make_teacher("reactive", {"sensing_range": 5})
+    assert isinstance(short, ReactiveTeacher) and make_teacher("reactive", {}) is reactive_labels
+
+    def by_scene(settings):
+        scene = ReactiveScene.of(lead, settings)
+        rows = [scene.actions(infos["ego_state"][i][None], int(infos["step"][i]))[0] for i in range(2)]
+        return np.stack([nearest_bins(r[0], r[1], venv.envs[0].action_spec) for r in rows])
+
+    np.testing.assert_array_equal(short(venv, None, infos), by_scene(ReactiveSettings(sensing_range=5.0)))
+    np.testing.assert_array_equal(reactive_labels(venv, None, infos), by_scene(ReactiveSettings()))
+    brakes, drives_on = reactive_labels(venv, None, infos)[0], short(venv, None, infos)[0]
+    assert brakes[1] < drives_on[1]  # a shorter longitudinal displacement: it brakes for the car it sees
+    with pytest.raises(ValueError, match=r"il.labeller sets the reactive expert's settings, but il.teacher='x'"):
+        make_teacher("x", {"sensing_range": 5})

@@ -142,3 +142,14 @@ def test_camera_demonstrations_follow_the_first_demo_clips(tmp_path):
     assert [s.id for s in source(tmp_path, n=2)] == ["a", "b"]  # the folder's order: by file name
     with pytest.raises(ValueError, match="demo_clips"):
         ILConfig(demo_clips=-1)
+
+
+def test_the_dagger_labeller_settings_are_the_reactive_experts_and_checked_up_front():
+    cfg = cli("stage=il", "il.labeller.sensing_range=36", "il.labeller.nudge_ramp_time=1.5")
+    assert cfg.il.labeller == {"sensing_range": 36, "nudge_ramp_time": 1.5}
+    with pytest.raises(ConfigError, match=r"il.labeller: unknown setting\(s\) \['sensing'\]; the reactive expert's"):
+        resolve(TrainConfig, None, ["il.labeller.sensing=36"])
+    with pytest.raises(ConfigError, match=r"il.labeller: ReactiveSettings: every setting must be > 0, got max_nudge=0"):
+        resolve(TrainConfig, None, ["il.labeller.max_nudge=0"])
+    with pytest.raises(ConfigError, match=r"il.labeller sets the reactive expert's settings, but il.teacher='runs/t'"):
+        resolve(TrainConfig, None, ["il.teacher=runs/t", "il.labeller.sensing_range=36"])

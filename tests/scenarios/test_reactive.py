@@ -157,6 +157,21 @@ def test_a_parked_car_is_nudged_around():
     assert r.mode == "static" and abs(r.accel - idm_by_hand(10.0, 0.0, 60.0 - 2.25 - 23.8)) < 1e-12
 
 
+def test_settings_overridden_by_name_change_what_it_senses():
+    """ReactiveSettings.with_overrides (il.labeller): the parked car of the test above, 20 m from the rear axle,
+    is out of a 18 m sensing range: the ego drives straight on at its free-road acceleration."""
+    short = ReactiveSettings.with_overrides({"sensing_range": 18}, "il.labeller")
+    assert short == ReactiveSettings(sensing_range=18.0) and short.array[0] == 18.0
+    parked = np.array([[60.0, -1.0]]), np.zeros(1), np.array([[4.5, 1.8]])
+    none = np.zeros((0, 2)), np.zeros(0), np.zeros((0, 2)), np.zeros((0, 2)), np.zeros(0, bool)
+    r = reactive_action(ROAD, [40.0, 0.0, 0.0, 10.0], *none, *parked, settings=short)
+    np.testing.assert_allclose(r.displacement, [0.0, straight_displacement(10.0, 1.5)], atol=1e-12)
+    with pytest.raises(ValueError, match=r"il.labeller: unknown setting\(s\) \['range'\]"):
+        ReactiveSettings.with_overrides({"range": 18}, "il.labeller")
+    with pytest.raises(ValueError, match=r"il.labeller: ReactiveSettings: every setting must be > 0, got horizon=-1"):
+        ReactiveSettings.with_overrides({"horizon": -1}, "il.labeller")
+
+
 def test_an_ego_off_its_route_is_steered_back():
     r = act([20.0, 2.0, 0.0, 8.0])  # 2 m left of its lane's centre, heading along it
     look = max(5.0, 0.8 * 8.0)
