@@ -18,6 +18,9 @@ index, longitudinal index).
 |                     | the clip's ground truth now: its route with | closed loop: follows the route at the speed      |
 |                     | speed limits, the agents in range (pose,    | limit, IDM behind leaders, yields to crossing    |
 |                     | size, velocity) and static obstacles        | and merging cars, nudges around parked ones      |
+| ``reactive:k=v,..`` | the same                                    | the reactive expert with other settings          |
+|                     |                                             | (``scenarios.ReactiveSettings`` by name), e.g.   |
+|                     |                                             | DAgger's labeller of ``il.labeller``             |
 
 None but ``reactive`` looks at the agents or the static obstacles, and none at the cameras:
 constant-velocity and lane-follow drive into whatever is in their way, which is what makes the suite's
@@ -42,10 +45,27 @@ import numpy as np
 
 from scenarios.actions import nearest_bins
 from scenarios.io import load
-from scenarios.reactive import ReactiveScene
+from scenarios.reactive import DEFAULT_SETTINGS, ReactiveScene, ReactiveSettings
 from sim.dynamics import ANCHOR_HORIZON
 
 BASELINES = ("expert", "reactive", "stop", "constant-velocity", "lane-follow")
+
+
+def split_baseline(spec: str) -> tuple[str, ReactiveSettings] | None:
+    """(name, reactive settings) of a baseline spec, None when ``spec`` names no baseline. ``reactive:k=v,k=v``
+    is the reactive expert with those ``scenarios.ReactiveSettings`` (e.g. DAgger's labeller, ``il.labeller``);
+    a setting it does not know or a value that is not a number > 0 is a ValueError."""
+    name, sep, rest = spec.partition(":")
+    if name not in BASELINES or (sep and name != "reactive"):
+        return None
+    overrides: dict[str, str] = {}
+    for item in filter(None, rest.split(",")):
+        k, eq, v = item.partition("=")
+        if not eq:
+            raise ValueError(f"baseline {spec!r}: expected reactive:name=value,name=value; got {item!r}")
+        overrides[k.strip()] = v.strip()
+    return name, ReactiveSettings.with_overrides(overrides, f"baseline {spec!r}")
+
 
 # observation parts each baseline reads (the evaluation switches the rest off: cameras cost most)
 PARTS = {
@@ -211,8 +231,9 @@ class ReactiveBaseline:
     :meth:`bind_scenarios` (built once per clip). The target displacement goes to the env's bins with
     ``nearest_bins`` on its action spec."""
 
-    def __init__(self, spec):
+    def __init__(self, spec, settings: ReactiveSettings = DEFAULT_SETTINGS):
         self.spec = spec
+        self.settings = settings
         self._scenarios: dict[str, object] = {}
         self._scenes: dict[str, ReactiveScene] = {}
 
@@ -234,7 +255,7 @@ class ReactiveBaseline:
                 )
             ref = self._scenarios[sid]
             sc = load(ref) if isinstance(ref, str | os.PathLike) else ref
-            self._scenes[sid] = ReactiveScene.of(sc)  # type: ignore[arg-type]  # a Scenario
+            self._scenes[sid] = ReactiveScene.of(sc, self.settings)  # type: ignore[arg-type]  # a Scenario
         return self._scenes[sid]
 
     def __call__(self, obs, infos: Sequence[Mapping[str, Any]]) -> np.ndarray:
@@ -249,7 +270,13 @@ class ReactiveBaseline:
 
 
 def baseline_act(name: str, spec):
-    """``act(obs, infos) -> actions [B, 2]`` of baseline ``name`` (one of BASELINES) for an action spec."""
+    """``act(obs, infos) -> actions [B, 2]`` of baseline ``name`` (one of BASELINES, or ``reactive:<settings>``,
+    :func:`split_baseline`) for an action spec."""
+    if name.startswith("reactive:"):
+        parsed = split_baseline(name)
+        if parsed is None:
+            raise ValueError(f"unknown baseline {name!r}")
+        return ReactiveBaseline(spec, parsed[1])
     if name == "expert":
         return lambda obs, infos: expert(infos)
     if name == "stop":

@@ -6,14 +6,14 @@
 
 A policy (SOURCE) is a store URI with a run and a version (``<store>/<run>@<version>`` or
 ``@latest``), a training checkpoint folder, an exported policy folder (``python -m policy.export``),
-or a built-in baseline: ``expert`` (log replay), ``reactive`` (the reactive expert, closed loop), ``stop``,
-``constant-velocity``, ``lane-follow``
-(``evaluation.baselines``). Each policy drives every scenario of the suite once, deterministically,
-closed loop, through the one closed-loop runner (``rollout.group.RolloutGroup.run_episodes``: chunks of
-clips handed to Ray actors as they free up, a crashed actor replaced and its chunk driven again;
-``num_actors=0``: in this process). ``python -m evaluation.evaluate`` runs the same.
-``--compare A B ...`` evaluates several policies on the same
-scenarios with the same env settings and seed.
+or a built-in baseline: ``expert`` (log replay), ``reactive`` (the reactive expert, closed loop;
+``reactive:sensing_range=36,...`` with other settings, as DAgger's ``il.labeller``), ``stop``,
+``constant-velocity``, ``lane-follow`` (``evaluation.baselines``). Each policy drives every scenario of the
+suite once, deterministically, closed loop, through the one closed-loop runner
+(``rollout.group.RolloutGroup.run_episodes``: chunks of clips handed to Ray actors as they free up, a crashed
+actor replaced and its chunk driven again; ``num_actors=0``: in this process). ``python -m evaluation.evaluate``
+runs the same. ``--compare A B ...`` evaluates several policies on the same scenarios with the same env settings
+and seed.
 
 Written to ``--out``: ``metrics.json`` (RAD's CR, DCR, SCR, DR, PDR, HDR, ADD, longitudinal and
 lateral jerk; the progress deviation rate PGR, route completion RC, driving score DS, time-matched ADE,
@@ -78,7 +78,8 @@ class EvaluateConfig:
     policy: str = field(
         "",
         help="the policy: a store URI <store>/<run>@<version|latest>, a checkpoint folder, an exported policy "
-        "folder, or a baseline (expert, reactive, stop, constant-velocity, lane-follow)",
+        "folder, or a baseline (expert, reactive, stop, constant-velocity, lane-follow; reactive:name=value,... is "
+        "the reactive expert with those scenarios.ReactiveSettings, e.g. reactive:sensing_range=36)",
     )
     compare: tuple[str, ...] = field((), help="several policies side by side (--compare A B ...); --policy joins them")
     suite: str = field("val", help="scenarios: a built-in suite (train, val, test), a suite folder or a scenario file")

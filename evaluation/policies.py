@@ -21,7 +21,7 @@ import numpy as np
 from envs.config import EnvConfig
 from envs.observation import observation_space, policy_space
 from envs.suite import ScenarioPool
-from evaluation.baselines import BASELINES, PARTS, baseline_act
+from evaluation.baselines import PARTS, baseline_act, split_baseline
 from policy.sources import resolve_policy_source
 from sim.camera import make_rig
 
@@ -132,12 +132,17 @@ def resolve_policies(specs: Sequence[str], scenarios: Sequence, env: Mapping[str
     seen: dict[str, str] = {}  # slug of a label -> the spec that has it
     for spec in specs:
         spec = str(spec)
-        if spec in BASELINES:
+        try:
+            baseline = split_baseline(spec)
+        except ValueError as e:
+            raise PolicyError(f"{e}. Nothing was run.") from None
+        if baseline is not None:
+            name = baseline[0]
             # baselines read ground truth (the ego's speed, the lane map): the privileged observation
-            parts = {p: (p in PARTS[spec]) for p in OBS_PARTS}
+            parts = {p: (p in PARTS[name]) for p in OBS_PARTS}
             # the reactive driver reads each clip's ground truth: it carries the suite's scenario files
             refs = None
-            if spec == "reactive":
+            if name == "reactive":
                 refs = {str(s.id): (str(s.path) if getattr(s, "path", None) else s) for s in scenarios}
             entry = PolicyEntry(spec, spec, "baseline", {**env, **parts, "observation": "privileged"}, refs)
         else:

@@ -242,6 +242,23 @@ def test_the_reactive_driver_passes_every_kind_close_to_the_log(baseline_eval):
         assert max(abs(x) for x in r["progress_lag"]) < 6.0, r["scenario"]
 
 
+def test_the_reactive_expert_with_other_settings_is_a_baseline(suite_dir, tmp_path):
+    """reactive:<settings> (DAgger's labeller of il.labeller, scored alone): the reactive expert with those
+    scenarios.ReactiveSettings. One that senses 3 m (the parked car's centre is past that until it is hit) drives
+    into the parked car the default one nudges around; unknown settings are refused before any rollout."""
+    clip = next(suite_dir.glob("*parked_obstacle*.json"))
+    short = "reactive:sensing_range=3,nudge_ramp_time=1.5"
+    res = run(EvaluateConfig(compare=("reactive", short), suite=str(clip), out=str(tmp_path / "o"), num_actors=0,
+                             videos=0, progress=False, plot=False))  # fmt: skip
+    assert [r["event"] for r in res.records["reactive"]] == [""]
+    assert [r["event"] for r in res.records[short]] == ["static_collision"]
+    assert baselines.split_baseline(short)[1].nudge_ramp_time == 1.5 and baselines.split_baseline("s3://b/r") is None
+    for bad, why in (("reactive:range=3", r"unknown setting\(s\) \['range'\]"), ("reactive:3", "name=value"),
+                     ("lane-follow:x=1", "cannot be loaded"), ("reactive:max_nudge=0", "must be > 0")):  # fmt: skip
+        with pytest.raises(PolicyError, match=why):
+            run(EvaluateConfig(policy=bad, suite=str(clip), out=str(tmp_path / "bad"), num_actors=0, progress=False))
+
+
 @pytest.mark.slow
 def test_constant_velocity_runs_into_the_lead_and_the_cutting_in_car(baseline_eval):
     kinds = _by_kind(baseline_eval, "constant-velocity")
