@@ -103,7 +103,7 @@ class CameraRig:
         return torch.as_tensor(invert_rigid(world_T_cam), dtype=torch.float32)
 
 
-RIGS = ("front3", "surround6")
+RIGS = ("front3", "front4", "surround6")
 
 
 def make_rig(name: str, width: int = 128, height: int = 64) -> CameraRig:
@@ -111,6 +111,9 @@ def make_rig(name: str, width: int = 128, height: int = 64) -> CameraRig:
 
     - ``front3``: front (70 deg), front-left and front-right (70 deg, turned 55 deg): the forward
       field of RAD's setting, about 180 degrees in all.
+    - ``front4``: ``front3`` and a narrow front camera (``front_narrow``, 30 deg, pitched 1 deg down) at the
+      same resolution: 2.6x the front camera's pixels per degree ahead, so a car 30 m out is ~14 px wide
+      at 128 px rather than ~5 (a telephoto camera, as driving rigs carry for what is far ahead).
     - ``surround6``: nuScenes-like ring: front, front-left, front-right, back-left, back-right
       (70 deg) and back (110 deg).
     """
@@ -121,6 +124,11 @@ def make_rig(name: str, width: int = 128, height: int = 64) -> CameraRig:
             cam("front", width, height, 70.0, 0.0, 2.0, (1.6, 0.0, 1.55)),
             cam("front_left", width, height, 70.0, 55.0, 2.0, (1.5, 0.45, 1.55)),
             cam("front_right", width, height, 70.0, -55.0, 2.0, (1.5, -0.45, 1.55)),
+        )
+    elif name == "front4":
+        cams = (
+            *make_rig("front3", width, height).cameras,
+            cam("front_narrow", width, height, 30.0, 0.0, 1.0, (1.6, 0.0, 1.6)),
         )
     elif name == "surround6":
         cams = (

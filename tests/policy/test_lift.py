@@ -38,6 +38,39 @@ def test_a_point_straight_ahead_lands_in_the_front_cameras_centre_column():
     assert not valid[:, 0].any()
 
 
+def test_front4s_narrow_camera_sees_what_is_ahead_at_finer_scale_and_the_lift_averages_it_in():
+    rig = make_rig("front4", 128, 64)
+    assert rig.names == ("front", "front_left", "front_right", "front_narrow")
+    narrow = rig.names.index("front_narrow")
+
+    def u(cam: int, fov_deg: float, pitch_deg: float, rel) -> float:
+        """Image column of a point at rel (x forward, y left, z up) from camera cam, by hand: depth along the
+        optical axis (pitched down), x right is -y."""
+        f = 0.5 * 128 / math.tan(math.radians(fov_deg / 2))
+        p = math.radians(pitch_deg)
+        depth = rel[0] * math.cos(p) - rel[2] * math.sin(p)
+        return 64.0 - f * rel[1] / depth
+
+    # 30 m ahead of the front cameras at the narrow one's height, 1 m left: 2.6x the pixels off centre
+    grid, valid = projections(rig, np.array([[31.6, 1.0, 1.6]]))
+    assert valid[[0, narrow], 0].all() and not valid[1:3, 0].any()
+    col = (grid[:, 0, 0] + 1.0) * 64.0  # grid_sample's coordinates back to pixels
+    assert np.isclose(col[0], u(0, 70.0, 2.0, (30.0, 1.0, 0.05)), atol=1e-3)
+    assert np.isclose(col[narrow], u(narrow, 30.0, 1.0, (30.0, 1.0, 0.0)), atol=1e-3)
+    ratio = (64.0 - col[narrow]) / (64.0 - col[0])
+    assert np.isclose(ratio, math.tan(math.radians(35)) / math.tan(math.radians(15)), rtol=2e-3)  # 2.61
+    # 10 m left at 30 m is past the narrow camera's 15 deg half-angle (8.0 m there) but in the front one's
+    _, valid = projections(rig, np.array([[31.6, 10.0, 1.6]]))
+    assert valid[0, 0] and not valid[narrow, 0]
+    # the lift averages the cameras that see a point: far ahead on the grid, front and front_narrow half each
+    enc = LiftEncoder(4, 64, 128, PolicyConfig(camera_encoder="lift", lift_rig="front4", embed_dim=32))
+    w = enc.weight[:, 0, 0]  # [C, G, G] at the lowest height
+    g = enc.cells
+    ahead = (g - 2, g // 2)  # the row farthest ahead, the middle column
+    assert torch.allclose(w[:, ahead[0], ahead[1]], torch.tensor([0.5, 0.0, 0.0, 0.5]))
+    assert torch.allclose(w.sum(0)[w.sum(0) > 0], torch.tensor(1.0))
+
+
 def test_ground_points_seen_are_the_perception_stages_visible_cells():
     rig = make_rig("front3", 128, 64)
     g = BEVGrid(32, 40.0, 4.0)
