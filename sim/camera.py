@@ -132,9 +132,7 @@ def make_rig(name: str, width: int = 128, height: int = 64) -> CameraRig:
         )
     elif name == "surround6":
         cams = (
-            cam("front", width, height, 70.0, 0.0, 2.0, (1.6, 0.0, 1.55)),
-            cam("front_left", width, height, 70.0, 55.0, 2.0, (1.5, 0.45, 1.55)),
-            cam("front_right", width, height, 70.0, -55.0, 2.0, (1.5, -0.45, 1.55)),
+            *make_rig("front3", width, height).cameras,
             cam("back_left", width, height, 70.0, 110.0, 2.0, (0.9, 0.45, 1.55)),
             cam("back_right", width, height, 70.0, -110.0, 2.0, (0.9, -0.45, 1.55)),
             cam("back", width, height, 110.0, 180.0, 2.0, (-0.9, 0.0, 1.55)),

@@ -43,9 +43,9 @@ def test_front4s_narrow_camera_sees_what_is_ahead_at_finer_scale_and_the_lift_av
     assert rig.names == ("front", "front_left", "front_right", "front_narrow")
     narrow = rig.names.index("front_narrow")
 
-    def u(cam: int, fov_deg: float, pitch_deg: float, rel) -> float:
-        """Image column of a point at rel (x forward, y left, z up) from camera cam, by hand: depth along the
-        optical axis (pitched down), x right is -y."""
+    def u(fov_deg: float, pitch_deg: float, rel) -> float:
+        """Image column of a point at rel (x forward, y left, z up) from a camera of that field of view and
+        pitch, by hand: depth along the optical axis (pitched down), x right is -y."""
         f = 0.5 * 128 / math.tan(math.radians(fov_deg / 2))
         p = math.radians(pitch_deg)
         depth = rel[0] * math.cos(p) - rel[2] * math.sin(p)
@@ -55,8 +55,8 @@ def test_front4s_narrow_camera_sees_what_is_ahead_at_finer_scale_and_the_lift_av
     grid, valid = projections(rig, np.array([[31.6, 1.0, 1.6]]))
     assert valid[[0, narrow], 0].all() and not valid[1:3, 0].any()
     col = (grid[:, 0, 0] + 1.0) * 64.0  # grid_sample's coordinates back to pixels
-    assert np.isclose(col[0], u(0, 70.0, 2.0, (30.0, 1.0, 0.05)), atol=1e-3)
-    assert np.isclose(col[narrow], u(narrow, 30.0, 1.0, (30.0, 1.0, 0.0)), atol=1e-3)
+    assert np.isclose(col[0], u(70.0, 2.0, (30.0, 1.0, 0.05)), atol=1e-3)
+    assert np.isclose(col[narrow], u(30.0, 1.0, (30.0, 1.0, 0.0)), atol=1e-3)
     ratio = (64.0 - col[narrow]) / (64.0 - col[0])
     assert np.isclose(ratio, math.tan(math.radians(35)) / math.tan(math.radians(15)), rtol=2e-3)  # 2.61
     # 10 m left at 30 m is past the narrow camera's 15 deg half-angle (8.0 m there) but in the front one's
@@ -66,7 +66,7 @@ def test_front4s_narrow_camera_sees_what_is_ahead_at_finer_scale_and_the_lift_av
     enc = LiftEncoder(4, 64, 128, PolicyConfig(camera_encoder="lift", lift_rig="front4", embed_dim=32))
     w = enc.weight[:, 0, 0]  # [C, G, G] at the lowest height
     g = enc.cells
-    ahead = (g - 2, g // 2)  # the row farthest ahead, the middle column
+    ahead = (g - 2, g // 2)  # the second row from the grid's far end, the middle column
     assert torch.allclose(w[:, ahead[0], ahead[1]], torch.tensor([0.5, 0.0, 0.0, 0.5]))
     assert torch.allclose(w.sum(0)[w.sum(0) > 0], torch.tensor(1.0))
 
