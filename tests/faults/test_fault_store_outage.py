@@ -49,6 +49,10 @@ class Outage:
         self.iteration_down = self.iteration_up = -1
         self.retries_during = 0
         self.time_up = float("inf")
+        # when each version was committed, as the committer reports it: a manifest's wall_time is stamped once,
+        # before its publish is retried, so a commit the outage caught at its manifest is stamped before time_up
+        # (recorded from the outage on: earlier versions count as committed before it)
+        self.committed_at: dict[int, float] = {}
         self.thread = threading.Thread(target=self._run, name="outage", daemon=True)
 
     def iteration(self) -> int:
@@ -64,10 +68,23 @@ class Outage:
             time.sleep(0.05)
         return True
 
+    def _record_commits(self) -> None:
+        committer = self.trainer.committer
+        assert committer is not None, "the run has no committer"
+        reported = committer.on_commit
+
+        def record(version: int, meta: dict) -> None:
+            self.committed_at[version] = time.time()
+            if reported is not None:
+                reported(version, meta)
+
+        committer.on_commit = record
+
     def _run(self) -> None:
         try:
             assert self._wait(lambda: self.iteration() >= 2, 300), "the run never reached iteration 2"
             self.iteration_down = self.iteration()
+            self._record_commits()
             self.take_down()
             c = self.trainer.committer
             self._wait(lambda: c.retries >= 2 and self.iteration() >= self.iteration_down + 2, 120)
@@ -100,7 +117,7 @@ def _check(trainer: Trainer, outage: Outage, result, rs, caplog) -> None:
     versions = check_every_version(rs, last_iteration=ITERATIONS, env_steps=ITERATIONS * T * ENVS)
     assert len(versions) == submitted - trainer.committer.dropped
     # a checkpoint taken before the store came back was committed once it was back
-    late = [rs.load(v) for v in versions if rs.load(v).wall_time > outage.time_up]
+    late = [rs.load(v) for v in versions if outage.committed_at.get(v, 0.0) > outage.time_up]
     assert any(ck.meta["iteration"] <= outage.iteration_up for ck in late), [ck.meta for ck in late]
 
 
