@@ -8,7 +8,8 @@ stage distill: its action distribution) labels every state it visits, and the la
 states join the imitation data: :func:`collect` gathers one round, :class:`Labelled` keeps at most
 ``cap`` of them (the oldest go first), one part a round, and puts them in a run's checkpoints (one file a
 round, ``dagger-00000.safetensors`` ...; each written once: later checkpoints link it, ``store.Reuse``) so
-a resumed run keeps what it aggregated.
+a resumed run keeps what it aggregated. With a frozen lift (stage perception trained it) a camera state keeps
+the lift's BEV grid in place of its images (:func:`as_grids`): a fifth of the memory, and no image encoder in IL.
 
 **Selection**: RL's val figures move by a few clips from one evaluation to the next, so the policy a
 run reports is not simply its last one: :class:`BestOfLast` keeps the policies of the last K
@@ -20,7 +21,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import partial
 
 import numpy as np
@@ -28,6 +29,7 @@ import torch
 
 from envs.observation import is_critic_key
 from learner.learner import DemoParts, Demos
+from policy.network import BEV_KEY, ActorCritic
 from rollout.episodes import Extra
 from rollout.fragment import stack_time
 from rollout.group import RolloutGroup
@@ -90,10 +92,10 @@ class Labelled:
     """The labelled states DAgger aggregated: one :class:`Demos` a round, oldest first, the newest ``cap``.
 
     Kept apart rather than concatenated: imitation samples them with the expert's as one (``DemoParts``,
-    no copy of ~150 KB of images a camera state), and :meth:`files` serialises only the rounds no earlier
-    checkpoint holds; the others it names by content (``store.Reuse``) and the store links them from the
-    version that holds them. Twelve camera rounds were 3.6 GB serialised, hashed and written at every
-    checkpoint; now each round's 0.3 GB once.
+    no copy of ~150 KB of images a camera state, or of its 32 KB grid: :func:`as_grids`), and :meth:`files`
+    serialises only the rounds no earlier checkpoint holds; the others it names by content (``store.Reuse``)
+    and the store links them from the version that holds them. Twelve camera rounds were 3.6 GB serialised,
+    hashed and written at every checkpoint; now each round's 0.3 GB once.
     """
 
     def __init__(self, rounds: tuple[Demos, ...] | list[Demos] = ()):
@@ -121,6 +123,14 @@ class Labelled:
             else:
                 self.rounds[0], self._reuse[0] = first.take(torch.arange(excess, len(first))), None
                 excess = 0
+
+    def convert(self, fn: Callable[[Demos], Demos]) -> None:
+        """Each round replaced by ``fn`` of it (``Stages.as_grids``); a round ``fn`` returns as it is keeps the
+        file an earlier checkpoint holds, a changed one is written anew."""
+        for i, part in enumerate(self.rounds):
+            new = fn(part)
+            if new is not part:
+                self.rounds[i], self._reuse[i] = new, None
 
     def data(self) -> Demos | DemoParts:
         """All of them as one (no copy): what imitation samples."""
@@ -165,23 +175,55 @@ class Labelled:
 DAGGER_MEMORY_SHARE = 0.6
 
 
-def state_bytes(observation_space, soft_bins: int = 0) -> int:
+def state_bytes(observation_space, soft_bins: int = 0, grid: tuple[int, ...] | None = None) -> int:
     """Bytes one labelled state takes (the policy's observation parts, its two bin labels, a teacher's
-    distributions over ``soft_bins`` bins); a camera state's images are most of it."""
+    distributions over ``soft_bins`` bins); a camera state's images are most of it, unless a frozen lift's
+    grid of shape ``grid`` is kept in their place (:func:`as_grids`)."""
     n = 16 + 4 * soft_bins
     for key, space in observation_space.spaces.items():
-        if not is_critic_key(key):
+        if key == "cameras" and grid is not None:
+            n += int(math.prod(grid)) * GRID_DTYPE.itemsize
+        elif not is_critic_key(key):
             n += int(math.prod(space.shape)) * np.dtype(space.dtype).itemsize
     return n
 
 
+# A frozen lift's grid as imitation data keeps it: half the bytes of float32, each value rounded to 11
+# significant bits (within 2^-11 of itself; the grid's ReLU outputs are far below float16's 65,504).
+GRID_DTYPE = torch.float16
+
+
+def as_grids(d: Demos, policy: ActorCritic) -> Demos:
+    """``d`` with its images replaced by the frozen lift's BEV grid of each state (``obs[BEV_KEY]``, float16).
+
+    Stages il and rl never change a frozen perception, so the grid of a state is the same at every imitation
+    step: computed once here, it spares every later minibatch the image encoder, and a state takes 32 KB
+    (16 x 32 x 32 half floats) in place of ~150 KB of images, so four times the DAgger rounds fit in memory.
+    ``d`` as it is when ``policy`` has no frozen lift, or the images are gone already."""
+    if "cameras" not in d.obs or policy.frozen_grid_shape() is None:
+        return d
+    grid = policy.frozen_grid(d.obs)
+    obs = {k: v for k, v in d.obs.items() if k != "cameras"}
+    if grid is None:  # no state: an empty grid of the right shape
+        grid = torch.zeros((0, *policy.frozen_grid_shape()))  # type: ignore[misc]
+    obs[BEV_KEY] = grid.to(GRID_DTYPE)
+    return Demos(obs, d.labels, d.soft)
+
+
 def memory_plan(
-    observation_space, rounds: int, steps: int, cap: int, soft_bins: int = 0, total: int | None = None
+    observation_space,
+    rounds: int,
+    steps: int,
+    cap: int,
+    soft_bins: int = 0,
+    total: int | None = None,
+    grid: tuple[int, ...] | None = None,
 ) -> str:
-    """The memory ``rounds`` DAgger rounds of at least ``steps`` states each will hold (at most ``cap``): a
-    progress line, or ``ConfigError`` naming the settings when twice that passes ``DAGGER_MEMORY_SHARE`` of
-    this machine's memory (``total`` bytes; the physical memory when None), before anything is trained."""
-    per = state_bytes(observation_space, soft_bins)
+    """The memory ``rounds`` DAgger rounds of at least ``steps`` states each will hold (at most ``cap``; each
+    state's images, or a frozen lift's ``grid`` in their place): a progress line, or ``ConfigError`` naming the
+    settings when twice that passes ``DAGGER_MEMORY_SHARE`` of this machine's memory (``total`` bytes; the
+    physical memory when None), before anything is trained."""
+    per = state_bytes(observation_space, soft_bins, grid)
     states = min(cap, rounds * steps)
     need = states * per
     if total is None:

@@ -217,11 +217,6 @@ class Trainer(Stages):
             rig = (env.rig.name, env.rig.width, env.rig.height)
             env.close()
         self.obs_space, self.action_spec, self.rig = obs_space, action_spec, rig
-        if "il" in cfg.stages and cfg.il.dagger_rounds > 0:  # refused here, not hours later by the kernel
-            soft_bins = 0 if cfg.il.teacher == "reactive" else action_spec.n_long + action_spec.n_lat
-            il = cfg.il
-            plan = dagger.memory_plan(obs_space, il.dagger_rounds, il.dagger_steps, il.dagger_max, soft_bins)
-            self.tracker.progress(plan)
         policy_config = to_dict(cfg.policy)
         self.frozen = frozen = self._cameras_frozen()
 
@@ -232,6 +227,12 @@ class Trainer(Stages):
             return net
 
         self.make_policy = make_policy
+        if "il" in cfg.stages and cfg.il.dagger_rounds > 0:  # refused here, not hours later by the kernel
+            soft_bins = 0 if cfg.il.teacher == "reactive" else action_spec.n_long + action_spec.n_lat
+            il = cfg.il
+            grid = make_policy().frozen_grid_shape()  # kept in place of the images (learner.dagger.as_grids)
+            plan = dagger.memory_plan(obs_space, il.dagger_rounds, il.dagger_steps, il.dagger_max, soft_bins, grid=grid)
+            self.tracker.progress(plan)
         total = (
             self._rl_updates_total()
             if cfg.stages == ("rl",)

@@ -496,15 +496,17 @@ class ActorCritic(nn.Module):
         feats = []
         for key in self.parts if keys is None else keys:
             part = key.removeprefix(CRITIC_PREFIX)
-            x = self._get(obs, key)
             if key == "cameras" and camera is not None:
                 feats.append(camera)
-            elif key == "cameras":
-                enc = encoders[key]
-                if isinstance(enc, LiftEncoder) and BEV_KEY in obs:  # the frozen grid, computed once per batch
-                    feats.append(enc.reduce(obs[BEV_KEY]))
-                else:
-                    feats.append(enc(x, obs.get("ego")))
+                continue
+            enc = encoders[key] if key == "cameras" else None
+            if isinstance(enc, LiftEncoder) and BEV_KEY in obs:
+                # the frozen grid, computed once per batch (or kept in place of the images: imitation data)
+                feats.append(enc.reduce(obs[BEV_KEY].float()))
+                continue
+            x = self._get(obs, key)
+            if key == "cameras":
+                feats.append(encoders[key](x, obs.get("ego")))
             elif part in RAW_PARTS:
                 feats.append(encoders[key](x.float()))
             elif part in TOKEN_PARTS:
@@ -550,15 +552,23 @@ class ActorCritic(nn.Module):
         """The lift's BEV grid [B, Cb, G, G] of a batch when its perception is frozen (it cannot change during
         an update, so the learner computes it once per batch instead of once per minibatch and epoch, and
         passes it as ``obs[BEV_KEY]``); None for any other camera encoder, or one still training."""
-        enc = self.encoders["cameras"] if "cameras" in self.encoders else None
-        if not isinstance(enc, LiftEncoder) or any(p.requires_grad for p in enc.perceptual()):
+        if self.frozen_grid_shape() is None:
             return None
+        enc = self.encoders["cameras"]
+        assert isinstance(enc, LiftEncoder)
         cams, ego = obs["cameras"], obs.get("ego")
         parts = [
             enc.bev(cams[i : i + chunk], None if ego is None else ego[i : i + chunk])
             for i in range(0, cams.shape[0], chunk)
         ]
         return torch.cat(parts) if parts else None
+
+    def frozen_grid_shape(self) -> tuple[int, int, int] | None:
+        """The shape [Cb, G, G] of one state's :meth:`frozen_grid` (None when it gives none)."""
+        enc = self.encoders["cameras"] if "cameras" in self.encoders else None
+        if not isinstance(enc, LiftEncoder) or any(p.requires_grad for p in enc.perceptual()):
+            return None
+        return (enc.bev_channels, enc.cells, enc.cells)
 
     @torch.no_grad()
     def update_obs_stats(self, obs: dict[str, torch.Tensor]) -> None:

@@ -161,3 +161,9 @@ def test_dagger_memory_is_planned_and_a_plan_past_the_machine_refused_before_tra
     with pytest.raises(ConfigError, match=r"il\.dagger_rounds=24 x il\.dagger_steps=2048"):
         memory_plan(space, 24, 2048, 200_000, total=16 * 2**30)  # 2 x 7.25 GB > 0.6 x 17.2 GB
     assert "30,000 labelled states" in memory_plan(space, 24, 2048, 30_000, total=16 * 2**30)  # the cap holds it
+    # a frozen lift's grid in place of the images (learner.dagger.as_grids): 16 x 32 x 32 half floats, 32 KB
+    assert state_bytes(space, grid=(16, 32, 32)) == 16 * 32 * 32 * 2 + 80 + 16 == 32_864
+    with pytest.raises(ConfigError):
+        memory_plan(space, 48, 2048, 200_000, total=24 * 2**30)  # images: 2 x 14.5 GB > 0.6 x 25.8 GB
+    line = memory_plan(space, 48, 2048, 200_000, total=24 * 2**30, grid=(16, 32, 32))  # 2 x 3.2 GB: fits
+    assert "98,304 labelled states of 33 KB: 3.2 GB" in line

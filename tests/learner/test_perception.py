@@ -346,14 +346,22 @@ def test_three_stages_in_one_run_with_perception_frozen(tmp_path, suite, monkeyp
             "policy": {"cnn_channels": [8, 16], "cnn_kernels": [3, 3], "embed_dim": 32, "hidden_dim": 64},
             "rollout": {"num_actors": 0, "envs_per_actor": 2, "fragment_length": 6},
             "ppo": {"epochs": 2, "minibatches": 2},
-            "il": {"pretrain_iterations": 3, "steps_per_iteration": 2, "batch_size": 8, "rl_rounds": 2},
+            "il": {"pretrain_iterations": 3, "steps_per_iteration": 2, "batch_size": 8, "rl_rounds": 2,
+                   "dagger_rounds": 1, "dagger_steps": 12, "dagger_iterations": 1},
             "eval": {"suite": str(suite), "every": 0, "num_envs": 2},
             "perception": {"epochs": 2, "every": 2, "val_every": 5, "cells": 16, "shard_frames": 8},
             "iterations": 3,
         },
-    )
+    )  # fmt: skip
     r = train(cfg)
     assert r.state.stage == "done" and r.state.il_iteration == 3 and r.state.iteration == 3
+    assert r.state.dagger_round == 1
+    # DAgger's states keep the frozen lift's grid [16, 16, 16] (half floats) in place of their images
+    part = bytes_to_tensors(
+        CheckpointStore(tmp_path / "store").run("three").load_latest().files["dagger-00000.safetensors"]
+    )
+    assert "obs.cameras" not in part and part["obs.cameras_bev"].dtype == torch.float16
+    assert part["obs.cameras_bev"].shape[1:] == (16, 16, 16) and part["obs.cameras_bev"].shape[0] >= 12
     assert r.perception is not None and r.perception["metrics"]["all"]["frames"] == 4 and r.perception["epochs"] == 2
     store = CheckpointStore(tmp_path / "store")
     prs = store.run(perception_run_name("three"))

@@ -246,3 +246,42 @@ def test_a_frozen_lift_grid_computed_once_gives_the_same_outputs_and_gradients()
         outs.append((out.log_prob.detach(), out.values.detach(), reduce_grad))
     for a, b in zip(*outs, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_imitation_data_keeps_a_frozen_lifts_grid_in_place_of_its_images():
+    """learner.dagger.as_grids: the images of imitation data replaced by the frozen lift's grid (float16, computed
+    once); the policy's logits from it are those from the images to float16's rounding, and DAgger's rounds that
+    held images are converted (written anew), those that hold grids kept as they are."""
+    from learner.dagger import GRID_DTYPE, Labelled, as_grids
+    from learner.learner import Demos
+    from policy.network import BEV_KEY
+
+    torch.manual_seed(0)
+    space = example_observation_space(6, 32, 64, CAMERA_PARTS)
+    net = ActorCritic(space, ActionSpec(), PolicyConfig(camera_encoder="lift", embed_dim=32, bev_cells=8))
+    obs = random_obs(space, 5, generator=torch.Generator().manual_seed(1))
+    labels = torch.tensor([[0, 1], [2, 3], [1, 0], [0, 0], [3, 2]])
+    d = Demos(obs, labels)
+    assert as_grids(d, net) is d  # perception still training: its grid would change
+    net.freeze_cameras()
+    g = as_grids(d, net)
+    assert "cameras" not in g.obs and set(g.obs) == set(d.obs) - {"cameras"} | {BEV_KEY}
+    assert g.obs[BEV_KEY].dtype == GRID_DTYPE and g.obs[BEV_KEY].shape == (5, 16, 8, 8)
+    assert torch.equal(g.labels, labels) and all(g.obs[k] is d.obs[k] for k in d.obs if k != "cameras")
+    full = net.frozen_grid(obs)
+    assert full is not None
+    # float16 keeps 11 significant bits: each value within 2^-11 of itself (and of the smallest normal near 0)
+    assert torch.all((g.obs[BEV_KEY].float() - full).abs() <= full.abs() * 2.0**-11 + 6.2e-5)
+    with torch.no_grad():
+        for a, b in zip(net.logits(d.obs, labels[:, 1]), net.logits(g.obs, labels[:, 1]), strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-2, atol=1e-3)
+    assert as_grids(g, net) is g  # no images left
+    lab = Labelled([d])
+    lab.files()  # serialised once: the next checkpoint would link it
+    kept = lab._reuse[0]
+    lab.convert(lambda r: as_grids(r, net))
+    assert "cameras" not in lab.rounds[0].obs and lab._reuse[0] is None and kept is not None
+    lab.files()
+    kept = lab._reuse[0]
+    lab.convert(lambda r: as_grids(r, net))
+    assert lab._reuse[0] is kept  # grids already: the file stays as written
