@@ -113,11 +113,13 @@ def braking_failure_rates(suite, gamma: float, lr: float, seed: int = 0) -> tupl
 @pytest.mark.slow
 def test_ppo_learns_to_brake_early_and_a_short_horizon_or_no_gradient_does_not(brake_suite):
     """gamma 0.99 takes the collision rate from ~0.6 to ~0; a 0.3 s horizon (gamma 0.7: the -1 of a collision
-    1.5 s ahead weighs 0.7^15 ~ 0.005) and a broken gradient path (lr 0) leave it near 0.5. Measured from this
-    seed: gamma 0.9 and 0.8 learn this clip too (with 9 m/s^2 of braking a stop 1 s before the car is still
-    possible), so what the test pins is that the -1 reaches back over seconds, not RAD's 1 s horizon's failure."""
+    1.5 s ahead weighs 0.7^15 ~ 0.005) leaves it at 0.2-0.35 and a broken gradient path (lr 0) near 0.55.
+    Measured (first 2 -> last 3 iterations) from seeds 0 / 1 / 2: gamma 0.99 0.61 -> 0.00, 0.75 -> 0.03, 0.66 ->
+    0.01; gamma 0.7 -> 0.29, 0.21, 0.34; lr 0 -> 0.54, 0.57, 0.52 (1 or 2 torch threads alike). Gamma 0.9 and 0.8
+    learn this clip too (with 9 m/s^2 of braking a stop 1 s before the car is still possible), so what the test pins
+    is that the -1 reaches back over seconds, not RAD's 1 s horizon's failure."""
     first, last = braking_failure_rates(brake_suite, gamma=0.99, lr=1e-3)
     assert first > 0.4 and last <= 0.1 and last < 0.25 * first, (first, last)
     _, short = braking_failure_rates(brake_suite, gamma=0.7, lr=1e-3)
     _, frozen = braking_failure_rates(brake_suite, gamma=0.99, lr=0.0)
-    assert short >= 0.3 and frozen >= 0.3, (short, frozen)
+    assert short >= 0.15 and short > last + 0.1 and frozen >= 0.4, (short, frozen)

@@ -1,0 +1,31 @@
+#!/bin/bash
+# Does the camera student keep climbing past 24 DAgger rounds? (README, "What the student cannot see")  With a
+# frozen lift, DAgger's states keep its BEV grid (33 kB) in place of their images (148 kB), so 48 rounds of 2,048
+# env-steps fit on 24 GiB (32 were refused). The camera student at the camera study's recipe (60 IL iterations,
+# 20 IL iterations a round, the `small` encoder, reactive labels) driven to ROUNDS rounds, every round's checkpoint
+# kept, and the checkpoints after rounds 12, 24, 36 and 48 scored on val side by side (--compare pairs them clip by
+# clip: one run's curve, the same perception throughout).
+set -euo pipefail
+PY=${PY:-.venv/bin/python}
+STORE=${STORE:-runs/rounds-probe}
+SEEDS=${SEEDS:-"0"}
+ROUNDS=${ROUNDS:-48}
+for seed in $SEEDS; do
+  run=cam-r$ROUNDS-s$seed
+  $PY -m learner.train stage=perception+distill seed=$seed il.pretrain_iterations=60 il.dagger_rounds=$ROUNDS \
+    perception.run=probe-perception store=$STORE store.keep_last=$((ROUNDS + 8)) run=$run
+  specs=()
+  for n in 12 24 36 48; do
+    [ "$n" -le "$ROUNDS" ] || continue
+    v=$($PY - "$STORE/$run" "DAgger round $n" <<'PYEOF'
+import json, pathlib, sys
+for m in sorted(pathlib.Path(sys.argv[1]).glob("ckpt-*/MANIFEST.json")):
+    if json.loads(m.read_text()).get("meta", {}).get("reason") == sys.argv[2]:
+        print(int(m.parent.name[5:]))
+        break
+PYEOF
+)
+    specs+=("$STORE/$run@$v")
+  done
+  $PY -m evaluation --compare "${specs[@]}" --suite val --out "$STORE/eval-s$seed"
+done
