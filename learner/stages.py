@@ -213,8 +213,6 @@ class Stages:
     def imitation_data(self, demos: Demos | None) -> ImitationData | None:
         """What IL learns from: the expert's own states, and the states DAgger labelled (when it ran), sampled
         side by side (``DemoParts``: no concatenated copy of the labelled states' images)."""
-        if self.dagger_data is not None:
-            self.dagger_data.convert(self.as_grids)  # rounds with images: a checkpoint written before grids
         labelled = self.dagger_data.rounds if self.dagger_data else []
         return DemoParts.of(([demos] if demos is not None else []) + labelled)
 

@@ -351,6 +351,8 @@ class Trainer(Stages):
             self._compare_config(saved, latest.version)
             self.dagger_data = dagger.Labelled.from_files(latest.files)
             self.learner_group.load_state(lstate)
+            if self.dagger_data is not None:  # a checkpoint written before the grids holds the rounds' images
+                self.dagger_data.convert(self.as_grids)
             self._set_stage_settings(state)
             ckpt_io.restore_rng(rng)
             if state.stage == "done" and "rl" in cfg.stages and state.iteration < cfg.iterations:

@@ -323,36 +323,42 @@ def test_train_help_documents_stage_perception(capsys):
     assert "perception.every" in out
 
 
+def three_stage_config(tmp_path, suite, **over):
+    """stage=perception+il+rl at test size (one DAgger round of 12 env-steps), ``over`` merged into the sections."""
+    from learner.config import TrainConfig
+    from sim.configs import from_dict
+
+    d = {
+        "run": "three",
+        "stage": "perception+il+rl",
+        "store": {"uri": str(tmp_path / "store"), "checkpoint_every": 1, "keep_last": 50},
+        "tracking": {"out": str(tmp_path / "out"), "tensorboard": False},
+        "suite": str(suite),
+        "env": dict(ENV),
+        "policy": {"cnn_channels": [8, 16], "cnn_kernels": [3, 3], "embed_dim": 32, "hidden_dim": 64},
+        "rollout": {"num_actors": 0, "envs_per_actor": 2, "fragment_length": 6},
+        "ppo": {"epochs": 2, "minibatches": 2},
+        "il": {"pretrain_iterations": 3, "steps_per_iteration": 2, "batch_size": 8, "rl_rounds": 2,
+               "dagger_rounds": 1, "dagger_steps": 12, "dagger_iterations": 1},
+        "eval": {"suite": str(suite), "every": 0, "num_envs": 2},
+        "perception": {"epochs": 2, "every": 2, "val_every": 5, "cells": 16, "shard_frames": 8},
+        "iterations": 3,
+    }  # fmt: skip
+    for k, v in over.items():
+        d[k] = {**d[k], **v} if isinstance(v, dict) else v
+    return from_dict(TrainConfig, d)
+
+
 @pytest.mark.slow
 def test_three_stages_in_one_run_with_perception_frozen(tmp_path, suite, monkeypatch):
     """stage=perception+il+rl: the perception encoder goes into the policy and stays as it is through IL and
     RL (the planner trains); a rerun finds every stage done and trains nothing again."""
-    from learner.config import TrainConfig
     from learner.perception import perception_run_name
     from learner.train import il_snapshot_name, train
-    from sim.configs import from_dict
     from store import bytes_to_tensors
 
     monkeypatch.setenv("SPLATDRIVE_CACHE", str(tmp_path / "cache"))
-    cfg = from_dict(
-        TrainConfig,
-        {
-            "run": "three",
-            "stage": "perception+il+rl",
-            "store": {"uri": str(tmp_path / "store"), "checkpoint_every": 1, "keep_last": 50},
-            "tracking": {"out": str(tmp_path / "out"), "tensorboard": False},
-            "suite": str(suite),
-            "env": dict(ENV),
-            "policy": {"cnn_channels": [8, 16], "cnn_kernels": [3, 3], "embed_dim": 32, "hidden_dim": 64},
-            "rollout": {"num_actors": 0, "envs_per_actor": 2, "fragment_length": 6},
-            "ppo": {"epochs": 2, "minibatches": 2},
-            "il": {"pretrain_iterations": 3, "steps_per_iteration": 2, "batch_size": 8, "rl_rounds": 2,
-                   "dagger_rounds": 1, "dagger_steps": 12, "dagger_iterations": 1},
-            "eval": {"suite": str(suite), "every": 0, "num_envs": 2},
-            "perception": {"epochs": 2, "every": 2, "val_every": 5, "cells": 16, "shard_frames": 8},
-            "iterations": 3,
-        },
-    )  # fmt: skip
+    cfg = three_stage_config(tmp_path, suite)
     r = train(cfg)
     assert r.state.stage == "done" and r.state.il_iteration == 3 and r.state.iteration == 3
     assert r.state.dagger_round == 1
@@ -388,6 +394,31 @@ def test_three_stages_in_one_run_with_perception_frozen(tmp_path, suite, monkeyp
     r2 = train(cfg)
     assert r2.state.stage == "done" and prs.versions() == p_versions
     assert r2.perception is not None and r2.perception["metrics"]["all"]["frames"] == 4
+
+
+@pytest.mark.slow
+def test_a_run_resumed_from_dagger_rounds_of_images_keeps_grids_from_then_on(tmp_path, suite, monkeypatch):
+    """DAgger rounds that hold images (perception not frozen, as in checkpoints written before the grids), resumed
+    with the lift frozen and one round more: the resume converts the old round to grids, the new round joins it,
+    and the checkpoint writes both as grids."""
+    from learner.train import train
+    from store import bytes_to_tensors
+
+    monkeypatch.setenv("SPLATDRIVE_CACHE", str(tmp_path / "cache"))
+    rs = CheckpointStore(tmp_path / "store").run("three")
+    r = train(three_stage_config(tmp_path, suite, stage="perception+il", perception={"freeze": False}))
+    assert r.state.stage == "done" and r.state.dagger_round == 1
+    before = bytes_to_tensors(rs.load_latest().files["dagger-00000.safetensors"])
+    assert before["obs.cameras"].dtype == torch.uint8 and "obs.cameras_bev" not in before
+    r2 = train(three_stage_config(tmp_path, suite, stage="perception+il", il={"dagger_rounds": 2}))
+    assert r2.state.stage == "done" and r2.state.dagger_round == 2
+    files = rs.load_latest().files
+    for name in ("dagger-00000.safetensors", "dagger-00001.safetensors"):
+        part = bytes_to_tensors(files[name])
+        assert "obs.cameras" not in part and part["obs.cameras_bev"].dtype == torch.float16, name
+        assert part["obs.cameras_bev"].shape[1:] == (16, 16, 16), name
+    again = bytes_to_tensors(files["dagger-00000.safetensors"])
+    assert torch.equal(again["labels"], before["labels"])  # the same states, their images now grids
 
 
 def test_fast_segment_distance_matches_the_reference():
