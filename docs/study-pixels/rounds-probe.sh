@@ -4,16 +4,18 @@
 # env-steps fit on 24 GiB (32 were refused). The camera student at the camera study's recipe (60 IL iterations,
 # 20 IL iterations a round, the `small` encoder, reactive labels) driven to ROUNDS rounds, every round's checkpoint
 # kept, and the checkpoints after rounds 12, 24, 36 and 48 scored on val side by side (--compare pairs them clip by
-# clip: one run's curve, the same perception throughout).
+# clip: one run's curve, the same perception throughout). Arguments go to learner.train (NAME names the runs and
+# their perception), e.g. NAME=f4 rounds-probe.sh env.rig=front4 policy.lift_rig=front4.
 set -euo pipefail
 PY=${PY:-.venv/bin/python}
 STORE=${STORE:-runs/rounds-probe}
 SEEDS=${SEEDS:-"0"}
 ROUNDS=${ROUNDS:-48}
+NAME=${NAME:-cam}
 for seed in $SEEDS; do
-  run=cam-r$ROUNDS-s$seed
+  run=$NAME-r$ROUNDS-s$seed
   $PY -m learner.train stage=perception+distill seed=$seed il.pretrain_iterations=60 il.dagger_rounds=$ROUNDS \
-    perception.run=probe-perception store=$STORE store.keep_last=$((ROUNDS + 8)) run=$run
+    perception.run=$NAME-perception store=$STORE store.keep_last=$((ROUNDS + 8)) run=$run "$@"
   specs=()
   for n in 12 24 36 48; do
     [ "$n" -le "$ROUNDS" ] || continue
