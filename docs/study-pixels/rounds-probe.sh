@@ -5,19 +5,25 @@
 # 20 IL iterations a round, the `small` encoder, reactive labels) driven to ROUNDS rounds, every round's checkpoint
 # kept, and the checkpoints after rounds 12, 24, 36 and 48 scored on val side by side (--compare pairs them clip by
 # clip: one run's curve, the same perception throughout). Arguments go to learner.train (NAME names the runs and
-# their perception), e.g. NAME=f4 rounds-probe.sh env.rig=front4 policy.lift_rig=front4.
+# their perception), e.g. NAME=f4 rounds-probe.sh env.rig=front4 policy.lift_rig=front4. SUITE, the rounds scored
+# (AT) and baselines driven beside them (BASELINES) are settings: the 48-round student on test, once, 3 seeds with
+# one perception (as the study shares it): SEEDS="0 1 2" SUITE=test AT="12 48" BASELINES="reactive lane-follow"
+# NAME=test48 STORE=runs/test48 rounds-probe.sh
 set -euo pipefail
 PY=${PY:-.venv/bin/python}
 STORE=${STORE:-runs/rounds-probe}
 SEEDS=${SEEDS:-"0"}
 ROUNDS=${ROUNDS:-48}
 NAME=${NAME:-cam}
+SUITE=${SUITE:-val}
+AT=${AT:-"12 24 36 48"}
+BASELINES=${BASELINES:-}
 for seed in $SEEDS; do
   run=$NAME-r$ROUNDS-s$seed
   $PY -m learner.train stage=perception+distill seed=$seed il.pretrain_iterations=60 il.dagger_rounds=$ROUNDS \
     perception.run=$NAME-perception store=$STORE store.keep_last=$((ROUNDS + 8)) run=$run "$@"
   specs=()
-  for n in 12 24 36 48; do
+  for n in $AT; do
     [ "$n" -le "$ROUNDS" ] || continue
     v=$($PY - "$STORE/$run" "DAgger round $n" <<'PYEOF'
 import json, pathlib, sys
@@ -29,5 +35,7 @@ PYEOF
 )
     specs+=("$STORE/$run@$v")
   done
-  $PY -m evaluation --compare "${specs[@]}" --suite val --out "$STORE/eval-s$seed"
+  # shellcheck disable=SC2206
+  specs+=($BASELINES)
+  $PY -m evaluation --compare "${specs[@]}" --suite "$SUITE" --out "$STORE/eval-$SUITE-s$seed"
 done
