@@ -326,7 +326,7 @@ def test_train_help_documents_stage_perception(capsys):
 def three_stage_config(tmp_path, suite, **over):
     """stage=perception+il+rl at test size (one DAgger round of 12 env-steps), ``over`` merged into the sections."""
     from learner.config import TrainConfig
-    from sim.configs import from_dict
+    from sim.configs import from_dict, merge
 
     d = {
         "run": "three",
@@ -344,9 +344,7 @@ def three_stage_config(tmp_path, suite, **over):
         "perception": {"epochs": 2, "every": 2, "val_every": 5, "cells": 16, "shard_frames": 8},
         "iterations": 3,
     }  # fmt: skip
-    for k, v in over.items():
-        d[k] = {**d[k], **v} if isinstance(v, dict) else v
-    return from_dict(TrainConfig, d)
+    return from_dict(TrainConfig, merge(d, over))
 
 
 @pytest.mark.slow
