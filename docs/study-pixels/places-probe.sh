@@ -1,0 +1,69 @@
+#!/bin/bash
+# Does the camera student drive new places worse because it has seen too few? (README, "What the student cannot
+# see", *Places it has driven, and places it has not*)  First the held-in look: the 48-round students of
+# rounds-probe.sh (RUNS, their store's run folders) on the 112 clips of train's shard-05 (14 training places that
+# DAgger drives and no demonstration covers) beside val. Then a suite of more places: train's 64 demonstration
+# clips (so the expert demonstrations are the baseline's), then 504 new places with 2 traffic variants each, ordered
+# as the built-in suites are (variant by variant, kinds in turn); and the camera student at 24 DAgger rounds on it,
+# with the baseline's perception (PERCEPTION) and with perception trained on the new places, scored on val beside
+# the baseline's own round-24 checkpoint (--compare pairs them clip by clip). The README's figures paired against
+# the round-24 checkpoints of the 48-round runs, as here.
+set -euo pipefail
+PY=${PY:-.venv/bin/python}
+STORE=${STORE:-runs/rounds-probe}
+SEEDS=${SEEDS:-"0 1"}
+RUNS=${RUNS:-"cam-r48-s0 cam-r48-s1"}
+PERCEPTION=${PERCEPTION:-probe-perception}
+WORK=${WORK:-runs/places-probe}
+mkdir -p "$WORK"
+version_at() {  # the checkpoint a run committed after DAgger round $2
+  $PY - "$1" "DAgger round $2" <<'PYEOF'
+import json, pathlib, sys
+for m in sorted(pathlib.Path(sys.argv[1]).glob("ckpt-*/MANIFEST.json")):
+    if json.loads(m.read_text()).get("meta", {}).get("reason") == sys.argv[2]:
+        print(int(m.parent.name[5:]))
+        break
+PYEOF
+}
+held_in=$($PY -c "from scenarios.builtin import load_suite, suite_folder; load_suite('train'); print(suite_folder('train') / 'shard-05')")
+specs=()
+for run in $RUNS; do specs+=("$STORE/$run@latest"); done
+$PY -m evaluation --compare "${specs[@]}" --suite "$held_in" --out "$WORK/eval-held-in" videos=0
+[ -d "$WORK/gen" ] || $PY -m scenarios.generate --suite train --seed 14 --count 1008 --variants 2 --out "$WORK/gen" -q
+if [ ! -d "$WORK/suite" ]; then
+  $PY - "$WORK/suite" "$WORK/gen" <<'PYEOF'
+import json, os, re, shutil, sys
+from pathlib import Path
+from scenarios.builtin import builtin_files
+out, gen = Path(sys.argv[1]), Path(sys.argv[2])
+tmp = out.with_name(out.name + ".tmp")
+shutil.rmtree(tmp, ignore_errors=True)
+(tmp / "backgrounds").mkdir(parents=True)
+(tmp / "assets").mkdir()
+def place(src, dst):  # a hard link where the filesystem allows it (no copy of 3 GB), else a copy
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+new = sorted(gen.glob("*.json"), key=lambda p: (int(p.stem[-2:]), int(re.search(r"-(\d{8})-\d\d$", p.stem).group(1))))
+for i, p in enumerate([*builtin_files("train:64"), *new]):
+    place(p, tmp / f"{i:05d}-{p.name}")  # names in this order: a folder's scenarios load sorted by name
+    d = json.loads(p.read_text())
+    for rel in [d["scene"]["background"], *d["scene"]["assets"].values()]:
+        if not (tmp / rel).exists():
+            place(p.parent / rel, tmp / rel)
+tmp.rename(out)
+PYEOF
+fi
+$PY -m learner.train stage=perception seed=0 run=places-perc perception.run=places-perception \
+  suite="$WORK/suite" store=$STORE
+for seed in $SEEDS; do
+  common=(stage=perception+distill seed=$seed il.pretrain_iterations=60 il.dagger_rounds=24 store=$STORE
+    store.keep_last=32 suite="$WORK/suite")
+  $PY -m learner.train "${common[@]}" run=pl-r24-s$seed perception.run=$PERCEPTION
+  $PY -m learner.train "${common[@]}" run=plp-r24-s$seed perception.run=places-perception
+  base=$(echo $RUNS | cut -d' ' -f$((seed + 1)))
+  $PY -m evaluation --compare "$STORE/$base@$(version_at $STORE/$base 24)" \
+    "$STORE/pl-r24-s$seed@$(version_at $STORE/pl-r24-s$seed 24)" \
+    "$STORE/plp-r24-s$seed@$(version_at $STORE/plp-r24-s$seed 24)" --suite val --out "$WORK/eval-s$seed" videos=0
+done
