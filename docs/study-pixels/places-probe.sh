@@ -4,14 +4,15 @@
 # rounds-probe.sh (RUNS, their store's run folders) on the 112 clips of train's shard-05 (14 training places that
 # DAgger drives and no demonstration covers) beside val. Then a suite of more places: train's 64 demonstration
 # clips (so the expert demonstrations are the baseline's), then 504 new places with 2 traffic variants each, ordered
-# as the built-in suites are (variant by variant, kinds in turn); and the camera student at 24 DAgger rounds on it,
-# with the baseline's perception (PERCEPTION) and with perception trained on the new places, scored on val beside
-# the baseline's own round-24 checkpoint (--compare pairs them clip by clip). The README's figures paired against
-# the round-24 checkpoints of the 48-round runs, as here.
+# as the built-in suites are (variant by variant, kinds in turn); and the camera student at ROUNDS (24) DAgger
+# rounds on it, with the baseline's perception (PERCEPTION) and with perception trained on the new places, scored on
+# val beside the baseline's own checkpoint after as many rounds (--compare pairs them clip by clip). The README's
+# figures paired against those checkpoints of the 48-round runs, as here (ROUNDS=48 SEEDS=0 for its 48-round look).
 set -euo pipefail
 PY=${PY:-.venv/bin/python}
 STORE=${STORE:-runs/rounds-probe}
 SEEDS=${SEEDS:-"0 1"}
+ROUNDS=${ROUNDS:-24}
 RUNS=${RUNS:-"cam-r48-s0 cam-r48-s1"}
 PERCEPTION=${PERCEPTION:-probe-perception}
 WORK=${WORK:-runs/places-probe}
@@ -58,12 +59,14 @@ fi
 $PY -m learner.train stage=perception seed=0 run=places-perc perception.run=places-perception \
   suite="$WORK/suite" store=$STORE
 for seed in $SEEDS; do
-  common=(stage=perception+distill seed=$seed il.pretrain_iterations=60 il.dagger_rounds=24 store=$STORE
-    store.keep_last=32 suite="$WORK/suite")
-  $PY -m learner.train "${common[@]}" run=pl-r24-s$seed perception.run=$PERCEPTION
-  $PY -m learner.train "${common[@]}" run=plp-r24-s$seed perception.run=places-perception
-  base=$(echo $RUNS | cut -d' ' -f$((seed + 1)))
-  $PY -m evaluation --compare "$STORE/$base@$(version_at $STORE/$base 24)" \
-    "$STORE/pl-r24-s$seed@$(version_at $STORE/pl-r24-s$seed 24)" \
-    "$STORE/plp-r24-s$seed@$(version_at $STORE/plp-r24-s$seed 24)" --suite val --out "$WORK/eval-s$seed" videos=0
+  common=(stage=perception+distill seed=$seed il.pretrain_iterations=60 il.dagger_rounds=$ROUNDS store=$STORE
+    store.keep_last=$((ROUNDS + 8)) suite="$WORK/suite")
+  pl=pl-r$ROUNDS-s$seed
+  plp=plp-r$ROUNDS-s$seed
+  $PY -m learner.train "${common[@]}" run=$pl perception.run=$PERCEPTION
+  $PY -m learner.train "${common[@]}" run=$plp perception.run=places-perception
+  base=$(echo $RUNS | cut -d' ' -f$((seed + 1)))  # RUNS lists the baselines of seeds 0, 1, ... in order
+  $PY -m evaluation --compare "$STORE/$base@$(version_at $STORE/$base $ROUNDS)" \
+    "$STORE/$pl@$(version_at $STORE/$pl $ROUNDS)" "$STORE/$plp@$(version_at $STORE/$plp $ROUNDS)" \
+    --suite val --out "$WORK/eval-r$ROUNDS-s$seed" videos=0
 done
