@@ -17,20 +17,14 @@ RUNS=${RUNS:-"cam-r48-s0 cam-r48-s1"}
 PERCEPTION=${PERCEPTION:-probe-perception}
 WORK=${WORK:-runs/places-probe}
 mkdir -p "$WORK"
-version_at() {  # the checkpoint a run committed after DAgger round $2
-  $PY - "$1" "DAgger round $2" <<'PYEOF'
-import json, pathlib, sys
-for m in sorted(pathlib.Path(sys.argv[1]).glob("ckpt-*/MANIFEST.json")):
-    if json.loads(m.read_text()).get("meta", {}).get("reason") == sys.argv[2]:
-        print(int(m.parent.name[5:]))
-        break
-PYEOF
-}
+# shellcheck source=version-at.sh
+. "$(dirname "$0")/version-at.sh"
 held_in=$($PY -c "from scenarios.builtin import load_suite, suite_folder; load_suite('train'); print(suite_folder('train') / 'shard-05')")
 specs=()
 for run in $RUNS; do specs+=("$STORE/$run@latest"); done
 $PY -m evaluation --compare "${specs[@]}" --suite "$held_in" --out "$WORK/eval-held-in" videos=0
-[ -d "$WORK/gen" ] || $PY -m scenarios.generate --suite train --seed 14 --count 1008 --variants 2 --out "$WORK/gen" -q
+# suite.yaml is the generator's last write: a folder without it is a build that stopped, and is built again
+[ -f "$WORK/gen/suite.yaml" ] || $PY -m scenarios.generate --suite train --seed 14 --count 1008 --variants 2 --out "$WORK/gen" -q
 if [ ! -d "$WORK/suite" ]; then
   $PY - "$WORK/suite" "$WORK/gen" <<'PYEOF'
 import json, os, re, shutil, sys

@@ -18,6 +18,8 @@ NAME=${NAME:-cam}
 SUITE=${SUITE:-val}
 AT=${AT:-"12 24 36 48"}
 BASELINES=${BASELINES:-}
+# shellcheck source=version-at.sh
+. "$(dirname "$0")/version-at.sh"
 for seed in $SEEDS; do
   run=$NAME-r$ROUNDS-s$seed
   $PY -m learner.train stage=perception+distill seed=$seed il.pretrain_iterations=60 il.dagger_rounds=$ROUNDS \
@@ -25,15 +27,7 @@ for seed in $SEEDS; do
   specs=()
   for n in $AT; do
     [ "$n" -le "$ROUNDS" ] || continue
-    v=$($PY - "$STORE/$run" "DAgger round $n" <<'PYEOF'
-import json, pathlib, sys
-for m in sorted(pathlib.Path(sys.argv[1]).glob("ckpt-*/MANIFEST.json")):
-    if json.loads(m.read_text()).get("meta", {}).get("reason") == sys.argv[2]:
-        print(int(m.parent.name[5:]))
-        break
-PYEOF
-)
-    specs+=("$STORE/$run@$v")
+    specs+=("$STORE/$run@$(version_at "$STORE/$run" "$n")")
   done
   # shellcheck disable=SC2206
   specs+=($BASELINES)
