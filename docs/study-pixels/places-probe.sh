@@ -7,7 +7,10 @@
 # as the built-in suites are (variant by variant, kinds in turn); and the camera student at ROUNDS (24) DAgger
 # rounds on it, with the baseline's perception (PERCEPTION) and with perception trained on the new places, scored on
 # val beside the baseline's own checkpoint after as many rounds (--compare pairs them clip by clip). The README's
-# figures paired against those checkpoints of the 48-round runs, as here (ROUNDS=48 SEEDS=0 for its 48-round look).
+# figures paired against those checkpoints of the 48-round runs, as here. ARMS picks the arms (pl: the baseline's
+# perception, plp: perception trained on the new places); TEST=1 then scores each seed's arms once on test beside
+# the baseline, reactive and lane-follow. The README's 48-round figures: ROUNDS=48 SEEDS="0 1 2" ARMS=plp TEST=1
+# RUNS="cam-r48-s0 cam-r48-s1 cam-r48-s2" (rounds-probe.sh with SEEDS="0 1 2" makes the third baseline).
 set -euo pipefail
 PY=${PY:-.venv/bin/python}
 STORE=${STORE:-runs/rounds-probe}
@@ -16,6 +19,10 @@ ROUNDS=${ROUNDS:-24}
 RUNS=${RUNS:-"cam-r48-s0 cam-r48-s1"}
 PERCEPTION=${PERCEPTION:-probe-perception}
 WORK=${WORK:-runs/places-probe}
+ARMS=${ARMS:-"pl plp"}
+for arm in $ARMS; do
+  case $arm in pl | plp) ;; *) echo "ARMS: unknown arm '$arm' (pl, plp)" >&2; exit 2 ;; esac
+done
 mkdir -p "$WORK"
 # shellcheck source=version-at.sh
 . "$(dirname "$0")/version-at.sh"
@@ -55,12 +62,15 @@ $PY -m learner.train stage=perception seed=0 run=places-perc perception.run=plac
 for seed in $SEEDS; do
   common=(stage=perception+distill seed=$seed il.pretrain_iterations=60 il.dagger_rounds=$ROUNDS store=$STORE
     store.keep_last=$((ROUNDS + 8)) suite="$WORK/suite")
-  pl=pl-r$ROUNDS-s$seed
-  plp=plp-r$ROUNDS-s$seed
-  $PY -m learner.train "${common[@]}" run=$pl perception.run=$PERCEPTION
-  $PY -m learner.train "${common[@]}" run=$plp perception.run=places-perception
   base=$(echo $RUNS | cut -d' ' -f$((seed + 1)))  # RUNS lists the baselines of seeds 0, 1, ... in order
-  $PY -m evaluation --compare "$STORE/$base@$(version_at $STORE/$base $ROUNDS)" \
-    "$STORE/$pl@$(version_at $STORE/$pl $ROUNDS)" "$STORE/$plp@$(version_at $STORE/$plp $ROUNDS)" \
-    --suite val --out "$WORK/eval-r$ROUNDS-s$seed" videos=0
+  specs=("$STORE/$base@$(version_at $STORE/$base $ROUNDS)")
+  for arm in $ARMS; do
+    if [ $arm = pl ]; then perception=$PERCEPTION; else perception=places-perception; fi
+    $PY -m learner.train "${common[@]}" run=$arm-r$ROUNDS-s$seed perception.run=$perception
+    specs+=("$STORE/$arm-r$ROUNDS-s$seed@$(version_at $STORE/$arm-r$ROUNDS-s$seed $ROUNDS)")
+  done
+  $PY -m evaluation --compare "${specs[@]}" --suite val --out "$WORK/eval-r$ROUNDS-s$seed" videos=0
+  if [ "${TEST:-0}" = 1 ]; then  # the recipe chosen on val, scored once on test
+    $PY -m evaluation --compare "${specs[@]}" reactive lane-follow --suite test --out "$WORK/test-r$ROUNDS-s$seed" videos=0
+  fi
 done
