@@ -63,11 +63,13 @@ for seed in $SEEDS; do
   common=(stage=perception+distill seed=$seed il.pretrain_iterations=60 il.dagger_rounds=$ROUNDS store=$STORE
     store.keep_last=$((ROUNDS + 8)) suite="$WORK/suite")
   base=$(echo $RUNS | cut -d' ' -f$((seed + 1)))  # RUNS lists the baselines of seeds 0, 1, ... in order
-  specs=("$STORE/$base@$(version_at $STORE/$base $ROUNDS)")
+  v=$(version_at "$STORE/$base" "$ROUNDS")
+  specs=("$STORE/$base@$v")
   for arm in $ARMS; do
     if [ $arm = pl ]; then perception=$PERCEPTION; else perception=places-perception; fi
     $PY -m learner.train "${common[@]}" run=$arm-r$ROUNDS-s$seed perception.run=$perception
-    specs+=("$STORE/$arm-r$ROUNDS-s$seed@$(version_at $STORE/$arm-r$ROUNDS-s$seed $ROUNDS)")
+    v=$(version_at "$STORE/$arm-r$ROUNDS-s$seed" "$ROUNDS")
+    specs+=("$STORE/$arm-r$ROUNDS-s$seed@$v")
   done
   $PY -m evaluation --compare "${specs[@]}" --suite val --out "$WORK/eval-r$ROUNDS-s$seed" videos=0
   if [ "${TEST:-0}" = 1 ]; then  # the recipe chosen on val, scored once on test

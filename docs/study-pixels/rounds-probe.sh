@@ -27,7 +27,8 @@ for seed in $SEEDS; do
   specs=()
   for n in $AT; do
     [ "$n" -le "$ROUNDS" ] || continue
-    specs+=("$STORE/$run@$(version_at "$STORE/$run" "$n")")
+    v=$(version_at "$STORE/$run" "$n")
+    specs+=("$STORE/$run@$v")
   done
   # shellcheck disable=SC2206
   specs+=($BASELINES)
