@@ -9,13 +9,17 @@
 # val beside the baseline's own checkpoint after as many rounds (--compare pairs them clip by clip). The README's
 # figures paired against those checkpoints of the 48-round runs, as here. ARMS picks the arms (pl: the baseline's
 # perception, plp: perception trained on the new places); TEST=1 then scores each seed's arms once on test beside
-# the baseline, reactive and lane-follow. The README's 48-round figures: ROUNDS=48 SEEDS="0 1 2" ARMS=plp TEST=1
-# RUNS="cam-r48-s0 cam-r48-s1 cam-r48-s2" (rounds-probe.sh with SEEDS="0 1 2" makes the third baseline).
+# the baseline, reactive and lane-follow. BASE_ROUNDS (ROUNDS when unset) picks the baseline's checkpoint when the
+# arms run longer than it. The README's 48-round figures: ROUNDS=48 SEEDS="0 1 2" ARMS=plp TEST=1
+# RUNS="cam-r48-s0 cam-r48-s1 cam-r48-s2" (rounds-probe.sh with SEEDS="0 1 2" makes the third baseline); its
+# 72-round figures: the same with ROUNDS=72 BASE_ROUNDS=48 ARMS=pl (the README's runs were the 48-round ones resumed
+# to 72 rounds, which learner.train does when a finished imitation run is asked for more).
 set -euo pipefail
 PY=${PY:-.venv/bin/python}
 STORE=${STORE:-runs/rounds-probe}
 SEEDS=${SEEDS:-"0 1"}
 ROUNDS=${ROUNDS:-24}
+BASE_ROUNDS=${BASE_ROUNDS:-$ROUNDS}
 RUNS=${RUNS:-"cam-r48-s0 cam-r48-s1"}
 PERCEPTION=${PERCEPTION:-probe-perception}
 WORK=${WORK:-runs/places-probe}
@@ -57,13 +61,15 @@ for i, p in enumerate([*builtin_files("train:64"), *new]):
 tmp.rename(out)
 PYEOF
 fi
-$PY -m learner.train stage=perception seed=0 run=places-perc perception.run=places-perception \
-  suite="$WORK/suite" store=$STORE
+if [[ " $ARMS " == *" plp "* ]]; then  # only the plp arm reads perception trained on the new places
+  $PY -m learner.train stage=perception seed=0 run=places-perc perception.run=places-perception \
+    suite="$WORK/suite" store=$STORE
+fi
 for seed in $SEEDS; do
   common=(stage=perception+distill seed=$seed il.pretrain_iterations=60 il.dagger_rounds=$ROUNDS store=$STORE
     store.keep_last=$((ROUNDS + 8)) suite="$WORK/suite")
   base=$(echo $RUNS | cut -d' ' -f$((seed + 1)))  # RUNS lists the baselines of seeds 0, 1, ... in order
-  v=$(version_at "$STORE/$base" "$ROUNDS")
+  v=$(version_at "$STORE/$base" "$BASE_ROUNDS")
   specs=("$STORE/$base@$v")
   for arm in $ARMS; do
     if [ $arm = pl ]; then perception=$PERCEPTION; else perception=places-perception; fi
