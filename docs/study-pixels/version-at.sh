@@ -8,14 +8,14 @@ import json, pathlib, sys
 run, n = pathlib.Path(sys.argv[1]), sys.argv[2]
 if not run.is_dir():
     sys.exit(f"version_at: no run folder {run}")
-for m in sorted(run.glob("ckpt-*/MANIFEST.json")):
+manifests = sorted(run.glob("ckpt-*/MANIFEST.json"))  # the committed versions, oldest first
+for m in manifests:
     if json.loads(m.read_text()).get("meta", {}).get("reason") == f"DAgger round {n}":
         print(int(m.parent.name[5:]))
         break
 else:
-    kept = sorted(p.name for p in run.glob("ckpt-*"))
-    sys.exit(f"version_at: {run} has no checkpoint after DAgger round {n} (kept: "
-             f"{', '.join(kept[:1] + ['...'] + kept[-1:]) if len(kept) > 2 else ', '.join(kept) or 'none'}; "
-             "store.keep_last may have pruned it, or the run stopped before that round)")
+    kept = f"versions {int(manifests[0].parent.name[5:])}-{int(manifests[-1].parent.name[5:])}" if manifests else "none"
+    sys.exit(f"version_at: {run} has no checkpoint after DAgger round {n} (kept: {kept}; store.keep_last may "
+             "have pruned it, or the run stopped before that round)")
 PYEOF
 }
