@@ -17,7 +17,7 @@ Cl = ``lift_channels``, Cb = ``bev_channels``, E = ``embed_dim``):
            (the earlier frame's at the points' projections 0.3 s ago with ``lift_align_s``)
       -> mean over the cameras that see the point (others masked out) -> [B, F*Cl*Z, G, G]
       (+ the ego's speed / 10 and yaw rate, constant over the grid)   -> [B, F*Cl*Z + 2, G, G]
-      -> bev: conv 1x1, conv 3x3, conv 3x3 (ReLU)                     -> [B, Cb, G, G]   (``bev``)
+      -> bev: conv 1x1, conv 3x3, conv 3x3 (ReLU; dilated by ``lift_bev_dilation``) -> [B, Cb, G, G] (``bev``)
       -> reduce: conv 3x3 /2, conv 3x3 /2, flatten, linear (ReLU)     -> [B, E]          (``forward``)
 
 Stage perception trains the backbone and ``bev`` with heads on the grid (``learner.perception``); the
@@ -80,6 +80,9 @@ class LiftSettings(Protocol):
 
     @property
     def bev_channels(self) -> int: ...
+
+    @property
+    def lift_bev_dilation(self) -> tuple[int, int]: ...
 
     @property
     def embed_dim(self) -> int: ...
@@ -168,8 +171,8 @@ def project(
     return grid, ok
 
 
-def _conv(c_in: int, c_out: int, k: int, stride: int = 1) -> nn.Sequential:
-    conv = nn.Conv2d(c_in, c_out, k, stride=stride, padding=k // 2)
+def _conv(c_in: int, c_out: int, k: int, stride: int = 1, dilation: int = 1) -> nn.Sequential:
+    conv = nn.Conv2d(c_in, c_out, k, stride=stride, padding=dilation * (k // 2), dilation=dilation)
     nn.init.kaiming_normal_(conv.weight, nonlinearity="relu")
     nn.init.zeros_(conv.bias)  # type: ignore[arg-type]  # Conv2d(bias=True) has one
     return nn.Sequential(conv, nn.ReLU())
@@ -246,9 +249,11 @@ class LiftEncoder(nn.Module):
             self.register_buffer("points", torch.from_numpy(pts.astype(np.float32)), persistent=False)
             for name, t in zip(("cam_T_ego", "intrinsics", "image_size"), rig_tensors(rig)):
                 self.register_buffer(name, t, persistent=False)
+        d1, d2 = cfg.lift_bev_dilation
         self.bev_net = nn.Sequential(
-            _conv(self.frames * Cl * Z + len(EGO_SCALE), Cb, 1), _conv(Cb, Cb, 3), _conv(Cb, Cb, 3)
-        )
+            _conv(self.frames * Cl * Z + len(EGO_SCALE), Cb, 1), _conv(Cb, Cb, 3, dilation=d1),
+            _conv(Cb, Cb, 3, dilation=d2),
+        )  # fmt: skip
         G4 = -(-self.cells // 4)
         self.reduce = nn.Sequential(
             _conv(Cb, 2 * Cb, 3, 2), _conv(2 * Cb, 2 * Cb, 3, 2), nn.Flatten(),

@@ -128,6 +128,12 @@ class PolicyConfig:
     )
     lift_channels: int = field(16, help="camera_encoder=lift: image feature channels lifted into the grid")
     bev_channels: int = field(16, help="camera_encoder=lift: channels of the grid's CNN")
+    lift_bev_dilation: tuple[int, int] = field(
+        (1, 1),
+        help="camera_encoder=lift: dilations of the grid CNN's two 3x3 convolutions: with the perception heads a "
+        "cell sees 1 + d1 + d2 cells around it ((1, 1): 3 cells, 3.75 m; (2, 4): 7, 8.75 m), which bounds how far "
+        "an agent may move between the two frames and still be matched",
+    )
     camera_fusion: str = field(
         "concat",
         help="'concat' (flatten the per-camera features) or 'mean' (camera-count agnostic; the camera embedding "
@@ -182,6 +188,12 @@ class PolicyConfig:
                 raise ValueError(f"PolicyConfig.lift_align_s: expected seconds in [0, 5], got {self.lift_align_s!r}")
             if not (self.bev_range_m > 0 and self.bev_behind_m >= 0 and min(self.lift_channels, self.bev_channels)):
                 raise ValueError("PolicyConfig: bev_range_m > 0, bev_behind_m >= 0, lift/bev_channels >= 1 are needed")
+            d = tuple(self.lift_bev_dilation)
+            if len(d) != 2 or not all(isinstance(x, int) and 1 <= x <= self.bev_cells // 2 for x in d):
+                raise ValueError(
+                    f"PolicyConfig.lift_bev_dilation: expected two integers in [1, bev_cells / 2 = "
+                    f"{self.bev_cells // 2}], got {self.lift_bev_dilation!r}"
+                )
         if self.camera_fusion not in ("concat", "mean"):
             raise ValueError(f"PolicyConfig.camera_fusion: expected 'concat' or 'mean', got {self.camera_fusion!r}")
         for name in ("embed_dim", "hidden_dim", "trunk_layers", "token_dim"):
@@ -191,8 +203,8 @@ class PolicyConfig:
 
 # Settings added after checkpoints were written with the network they now name: a saved policy config that
 # lacks one was built the way it names (lift_backbone: the small CNN was the only one before it was a setting;
-# lift_align_s: both frames were lifted at the same points)
-LEGACY_POLICY_DEFAULTS = {"lift_backbone": "small", "lift_align_s": 0.0}
+# lift_align_s: both frames were lifted at the same points; lift_bev_dilation: the grid's CNN was undilated)
+LEGACY_POLICY_DEFAULTS = {"lift_backbone": "small", "lift_align_s": 0.0, "lift_bev_dilation": (1, 1)}
 
 
 def upgrade_policy_config(saved: dict) -> dict:

@@ -515,14 +515,17 @@ def test_inputs_describe_the_ego_features_by_mode():
 # -- a lifted-BEV camera student ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("backbone", "align_s"), [("small", 0.0), ("deep", 0.0), ("small", 0.1)])
+@pytest.mark.parametrize(
+    ("backbone", "align_s", "dilation"), [("small", 0.0, (1, 1)), ("deep", 0.0, (1, 1)), ("small", 0.1, (2, 3))]
+)
 def test_a_lift_student_with_frame_history_exports_with_parity_and_runs_without_the_codebase(
-    suite, tmp_path, backbone, align_s
+    suite, tmp_path, backbone, align_s, dilation
 ):
     """The camera student the study distils (camera_encoder=lift over two frames, env.camera_history=1),
     with either image backbone, and with the earlier frame aligned by the ego's motion (lift_align_s: its
-    projections computed per sample in the graph): ONNX (grid_sample at the rig's projections) and torch.export
-    agree with the eager network, and the package drives from numpy alone."""
+    projections computed per sample in the graph) and a dilated grid CNN (lift_bev_dilation): ONNX (grid_sample
+    at the rig's projections) and torch.export agree with the eager network, and the package drives from numpy
+    alone."""
     from envs.driving import DrivingEnv
     from policy.export import main
 
@@ -538,7 +541,7 @@ def test_a_lift_student_with_frame_history_exports_with_parity_and_runs_without_
     assert space["cameras"].shape == (6, 16, 32, 3)  # the rig's 3 cameras now and one step ago
     real = {key: np.stack([f[key] for f in frames]) for key in space.spaces}
     lift = {**POLICY, "camera_encoder": "lift", "bev_cells": 8, "bev_range_m": 20.0, "lift_channels": 4}
-    lift.update(bev_channels=4, lift_backbone=backbone, lift_align_s=align_s)
+    lift.update(bev_channels=4, lift_backbone=backbone, lift_align_s=align_s, lift_bev_dilation=dilation)
     torch.manual_seed(3)
     net = ActorCritic(space, spec, from_dict(PolicyConfig, lift))
     with torch.no_grad():

@@ -182,6 +182,26 @@ def test_a_cells_feature_comes_from_the_pixels_it_projects_to(backbone):
     assert diff[:4].max() <= 1e-6  # behind the rear axle: nothing
 
 
+@pytest.mark.parametrize(("dilation", "reach"), [((1, 1), 2), ((2, 4), 6), ((3, 1), 4)])
+def test_the_grid_cnns_dilation_sets_how_far_a_cell_sees(dilation, reach):
+    """The grid CNN (conv 1x1, then two 3x3 convolutions dilated d1 and d2) makes a cell's feature depend on the
+    lifted grid up to d1 + d2 cells away, no further: the gradient of one cell's output reaches exactly that
+    far (by hand: each 3x3 convolution with dilation d reaches d cells)."""
+    torch.manual_seed(0)
+    cfg = PolicyConfig(camera_encoder="lift", lift_heights=(0.85,), embed_dim=32, lift_bev_dilation=dilation)
+    enc = LiftEncoder(3, 64, 128, cfg)
+    c_in = enc.bev_net[0][0].in_channels
+    x = torch.randn(1, c_in, 32, 32, requires_grad=True)
+    enc.bev_net(x)[0, :, 16, 16].sum().backward()
+    rows, cols = np.nonzero(x.grad.abs().sum(1)[0].numpy())
+    assert max(np.abs(rows - 16).max(), np.abs(cols - 16).max()) == reach
+    if dilation == (2, 4):  # the taps land on even offsets only
+        assert np.all((rows - 16) % 2 == 0) and np.all((cols - 16) % 2 == 0)
+    for bad in ((0, 1), (1, 17), (1, 2, 3)):
+        with pytest.raises(ValueError, match="lift_bev_dilation: expected two integers in"):
+            PolicyConfig(camera_encoder="lift", lift_bev_dilation=bad)
+
+
 def test_two_frames_and_the_frozen_part():
     space = example_observation_space(6, 64, 128, CAMERA_PARTS)  # front3, now and k steps earlier
     net = ActorCritic(space, ActionSpec(), LIFT)
