@@ -27,7 +27,8 @@ Design (RAD §3.2, kept small enough for two CPU cores):
 - **Metrics** on the validation frames, overall and per kind (:func:`evaluate_perception`):
   occupancy IoU, velocity error (mean |v - v*| m/s over truly occupied cells), drivable-area IoU,
   lane-centre IoU, each beside the IoU of the train set's per-cell prior (what a network that ignored
-  its images could reach).
+  its images could reach); and where the velocity error lives (:func:`velocity_breakdown`: in the cells
+  the network marks occupied or misses, by the agent's speed, by the distance ahead).
 - **Checkpoints**: every epoch to the store run ``<run>-perception`` (``perception.safetensors``,
   the optimizer, ``perception.json`` with the epoch, history and metrics); a rerun resumes there, and a
   finished stage is not trained again.
@@ -46,7 +47,13 @@ from learner.perception.checkpoint import lease_owner, perception_run_name
 from learner.perception.heads import CHANNELS, ENCODER_PREFIX, BEVDecoder, PerceptionNet, with_encoder
 from learner.perception.labels import LABEL_KEYS, LANE_CENTRE_M, BEVGrid, bev_labels, grid_of, visible_cells
 from learner.perception.loss import perception_loss
-from learner.perception.metrics import evaluate_perception, metrics_table, perception_metrics, predict
+from learner.perception.metrics import (
+    evaluate_perception,
+    metrics_table,
+    perception_metrics,
+    predict,
+    velocity_breakdown,
+)
 from learner.perception.stage import PerceptionResult, build_net, run_stage, train_perception
 
 __all__ = [
@@ -74,6 +81,7 @@ __all__ = [
     "predict",
     "run_stage",
     "train_perception",
+    "velocity_breakdown",
     "visible_cells",
     "with_encoder",
 ]

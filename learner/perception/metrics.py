@@ -9,12 +9,17 @@ IoU on a subset of the *training* frames (``occupancy_iou_cal``, thresholds in `
 losses weight the rare positive cells up (``perception.pos_weight_cap``), which moves the network's
 probabilities up, so 0.5 is not where it separates best; the calibrated figure is the operating point a
 user of the maps would pick, chosen without looking at val. The prior gets the same treatment.
+
+Where the velocity error lives (``velocity``, :func:`velocity_breakdown`): the same error split by whether
+the network marks the cell occupied (at the calibrated occupancy threshold), by the agent's true speed and
+by how far ahead the cell is, each part with its share of the cells and of the summed error.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -22,7 +27,7 @@ import torch
 
 from learner.perception.cache import FrameCache
 from learner.perception.heads import CHANNELS, PerceptionNet
-from learner.perception.labels import LABEL_KEYS
+from learner.perception.labels import LABEL_KEYS, BEVGrid
 
 
 def _iou(pred: np.ndarray, true: np.ndarray) -> float:
@@ -68,6 +73,53 @@ def perception_metrics(
     out["velocity_error"] = float(err[occ_true].mean()) if occ_true.any() else math.nan
     out["occupied_cells"] = int(occ_true.sum())
     return out
+
+
+SPEED_EDGES_MPS = (0.5, 5.0, 10.0)  # the agent's true speed: still, slow, 5-10, >= 10 m/s
+AHEAD_EDGES_M = (10.0, 20.0, 30.0)  # the cell centre's distance ahead of the rear axle
+
+
+def _bins(edges: tuple[float, ...], unit: str) -> list[tuple[str, float, float]]:
+    bounds = [-math.inf, *edges, math.inf]
+    names = [f"< {edges[0]:g} {unit}"]
+    names += [f"{a:g}-{b:g} {unit}" for a, b in pairwise(edges)]
+    names += [f">= {edges[-1]:g} {unit}"]
+    return [(n, lo, hi) for n, (lo, hi) in zip(names, pairwise(bounds), strict=True)]
+
+
+def velocity_breakdown(
+    pred: np.ndarray, labels: Mapping[str, np.ndarray], visible: np.ndarray, x_m: np.ndarray, threshold: float = 0.5
+) -> dict:
+    """The velocity error (mean |v - v*| m/s over truly occupied visible cells) split three ways: ``detected``
+    / ``missed`` (the network's occupancy above / not above ``threshold`` there), ``by_speed`` (the agent's
+    true speed, SPEED_EDGES_MPS) and ``by_ahead`` (the cell centre's x, ``x_m`` [G] per row, AHEAD_EDGES_M).
+    Each part: its cells, their share of the occupied cells, its mean error (nan when empty) and its share
+    of the summed error."""
+    vis = np.broadcast_to(visible, labels["occupancy"].shape)
+    occ = labels["occupancy"].astype(bool) & vis
+    err = np.linalg.norm(pred[:, 1:3] - labels["velocity"], axis=1)
+    n_all, total = int(occ.sum()), float(err[occ].sum())
+
+    def part(mask: np.ndarray) -> dict:
+        m = occ & mask
+        n = int(m.sum())
+        return dict(
+            cells=n,
+            share=n / n_all if n_all else math.nan,
+            error=float(err[m].mean()) if n else math.nan,
+            error_share=float(err[m].sum()) / total if total > 0 else math.nan,
+        )
+
+    marked = pred[:, 0] > threshold
+    speed = np.linalg.norm(labels["velocity"], axis=1)
+    ahead = np.broadcast_to(np.asarray(x_m, dtype=np.float64)[None, :, None], occ.shape)
+    return dict(
+        threshold=float(threshold),
+        detected=part(marked),
+        missed=part(~marked),
+        by_speed={n: part((speed >= lo) & (speed < hi)) for n, lo, hi in _bins(SPEED_EDGES_MPS, "m/s")},
+        by_ahead={n: part((ahead >= lo) & (ahead < hi)) for n, lo, hi in _bins(AHEAD_EDGES_M, "m")},
+    )
 
 
 def choose_thresholds(
@@ -134,6 +186,9 @@ def evaluate_perception(net: PerceptionNet, val: FrameCache, train: FrameCache |
     out: dict[str, Any] = {"all": block(np.arange(len(pred))), "by_kind": {}}
     if cal is not None:
         out["thresholds"], out["prior_thresholds"] = cal, prior_cal
+    rows_x = BEVGrid(**val.index["grid"]).centres()[0]
+    labels_all = {k: a[k] for k in LABEL_KEYS}
+    out["velocity"] = velocity_breakdown(pred, labels_all, val.visible, rows_x, (cal or {}).get("occupancy", 0.5))
     for i, kind in enumerate(val.kinds):
         idx = np.flatnonzero(a["kind"] == i)
         if len(idx):
@@ -160,5 +215,18 @@ def metrics_table(m: Mapping[str, Any]) -> str:
         lines += [
             "",
             f"*_cal: at the thresholds with the best IoU on training frames ({chosen}; the prior's: {prior}).",
+        ]
+    v = m.get("velocity")
+    if v:
+
+        def parts(d: Mapping[str, Mapping]) -> str:
+            return "; ".join(f"{k} {fmt(p['error'])} m/s ({p['share']:.0%} of cells)" for k, p in d.items())
+
+        lines += [
+            "",
+            f"Velocity error (all kinds) in cells marked occupied (at {v['threshold']:.2f}): "
+            f"{fmt(v['detected']['error'])} m/s ({v['detected']['share']:.0%} of the occupied cells), missed: "
+            f"{fmt(v['missed']['error'])} m/s. By the agent's speed: {parts(v['by_speed'])}. By the distance "
+            f"ahead: {parts(v['by_ahead'])}.",
         ]
     return "\n".join(lines)

@@ -185,4 +185,12 @@ def run_stage(
                 f"IoU {m['occupancy_iou_cal']:.3f} (prior {m.get('prior_occupancy_iou_cal', 0):.3f}), drivable "
                 f"{m['drivable_iou_cal']:.3f}, lane {m['lane_iou_cal']:.3f}"
             )
+        v = result.metrics.get("velocity")
+        if v:
+            fastest = next(reversed(v["by_speed"]))  # the top speed bin, ">= 10 m/s"
+            say(
+                f"velocity error {v['detected']['error']:.2f} m/s in the occupied cells it marks "
+                f"({v['detected']['share']:.0%} of them), {v['missed']['error']:.2f} in those it misses; "
+                f"agents at {fastest} {v['by_speed'][fastest]['error']:.2f} ({v['by_speed'][fastest]['share']:.0%})"
+            )
     return result, info

@@ -212,6 +212,41 @@ def test_metrics_by_hand():
     assert m["occupancy_iou"] == 0.0 and m["drivable_iou"] == 0.0
 
 
+def test_velocity_error_split_by_detection_speed_and_distance_by_hand():
+    from learner.perception.metrics import metrics_table, velocity_breakdown
+
+    G = 4
+    occ = np.zeros((1, G, G), np.uint8)
+    occ[0, 0, 0] = occ[0, 2, 1] = occ[0, 3, 3] = 1  # three agents' cells, in rows 0, 2 and 3
+    vel = np.zeros((1, 2, G, G), np.float32)
+    vel[0, :, 2, 1] = (3.0, 4.0)  # 5 m/s
+    vel[0, 0, 3, 3] = 12.0  # 12 m/s; the row-0 agent stands still
+    pred = np.zeros((1, 5, G, G), np.float32)
+    pred[0, 0, 2, 1] = pred[0, 0, 3, 3] = 0.8  # marked occupied there, not in row 0
+    pred[0, 1:3, 0, 0] = (0.0, 2.0)  # errors: row 0: 2, row 2: 5 (predicts 0), row 3: |9 - 12| = 3
+    pred[0, 1, 3, 3] = 9.0
+    x_m = np.array([-2.0, 8.0, 18.0, 35.0])  # the rows' distance ahead
+    labels = {"occupancy": occ, "velocity": vel}
+    v = velocity_breakdown(pred, labels, np.ones((G, G), bool), x_m, threshold=0.5)
+    assert v["detected"] == dict(cells=2, share=pytest.approx(2 / 3), error=pytest.approx(4.0), error_share=0.8)
+    assert v["missed"] == dict(cells=1, share=pytest.approx(1 / 3), error=pytest.approx(2.0), error_share=0.2)
+    assert list(v["by_speed"]) == ["< 0.5 m/s", "0.5-5 m/s", "5-10 m/s", ">= 10 m/s"]
+    assert [p["cells"] for p in v["by_speed"].values()] == [1, 0, 1, 1]  # 5 m/s is the 5-10 bin's
+    assert math.isnan(v["by_speed"]["0.5-5 m/s"]["error"]) and v["by_speed"][">= 10 m/s"]["error"] == 3.0
+    assert [p["cells"] for p in v["by_ahead"].values()] == [1, 1, 0, 1]  # -2 m, 18 m, 35 m
+    assert v["by_ahead"][">= 30 m"]["error_share"] == pytest.approx(0.3)
+    # the overall error is what perception_metrics says: (2 + 5 + 3) / 3
+    total = perception_metrics(pred, {**labels, "drivable": occ, "lane": occ}, np.ones((G, G), bool))
+    assert total["velocity_error"] == pytest.approx(10 / 3)
+    # a cell no camera sees is left out, as everywhere
+    vis = np.ones((G, G), bool)
+    vis[3, 3] = False
+    assert velocity_breakdown(pred, labels, vis, x_m)["detected"]["cells"] == 1
+    row = {"frames": 1, "velocity_error": 10 / 3}
+    text = metrics_table({"all": row, "velocity": v})
+    assert "in cells marked occupied (at 0.50): 4.000 m/s (67% of the occupied cells), missed: 2.000 m/s" in text
+
+
 def test_thresholds_chosen_by_iou():
     from learner.perception.metrics import choose_thresholds
 
@@ -279,6 +314,9 @@ def test_training_learns_checkpoints_and_resumes(tmp_path, suite):
     assert set(whole.metrics["thresholds"]) == {"occupancy", "drivable", "lane"}
     for name in ("occupancy", "drivable"):
         assert whole.metrics["all"][f"{name}_iou_cal"] >= whole.metrics["all"][f"{name}_iou"]
+    v = whole.metrics["velocity"]  # the velocity error's split, at the calibrated occupancy threshold
+    assert v["threshold"] == whole.metrics["thresholds"]["occupancy"]
+    assert v["detected"]["cells"] + v["missed"]["cells"] == sum(p["cells"] for p in v["by_ahead"].values()) > 0
     rs = CheckpointStore(tmp_path / "store").run("r-perception")
     half = train_perception(
         PerceptionConfig(**{**CFG.__dict__, "epochs": 2}), SMALL, frames, frames, seed=1, run_store=rs
@@ -309,6 +347,14 @@ def test_a_perception_checkpoint_from_before_lift_backbone_means_the_small_cnn()
     deep = dataclasses.replace(lift, lift_backbone="deep")
     assert policy_changes(saved, deep) == ["policy.lift_backbone: 'small' -> 'deep'"]
     assert policy_changes({**saved, "lift_backbone": "deep"}, deep) == []
+
+
+def test_a_perception_checkpoint_from_before_lift_bev_dilation_means_an_undilated_grid_cnn():
+    lift = PolicyConfig(camera_encoder="lift", embed_dim=32)
+    saved = {k: v for k, v in to_dict(lift).items() if k != "lift_bev_dilation"}  # written before the setting
+    assert policy_changes(saved, lift) == []
+    wide = dataclasses.replace(lift, lift_bev_dilation=(2, 4))
+    assert policy_changes(saved, wide) == ["policy.lift_bev_dilation: [1, 1] -> [2, 4]"]
 
 
 def test_train_help_documents_stage_perception(capsys):
