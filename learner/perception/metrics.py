@@ -196,6 +196,12 @@ def evaluate_perception(net: PerceptionNet, val: FrameCache, train: FrameCache |
     return out
 
 
+def fmt_number(v: Any, spec: str = ".3f") -> str:
+    """``v`` formatted with ``spec``, or "n/a" when it is missing or not finite (a NaN stored in JSON comes back
+    as None)."""
+    return "n/a" if v is None or (isinstance(v, float) and not math.isfinite(v)) else format(v, spec)
+
+
 def metrics_table(m: Mapping[str, Any]) -> str:
     """The metrics as a markdown table (one row per kind, then all)."""
     cols: tuple[str, ...] = ("occupancy_iou", "prior_occupancy_iou", "velocity_error", "drivable_iou")
@@ -204,8 +210,7 @@ def metrics_table(m: Mapping[str, Any]) -> str:
         cols = (*cols, "occupancy_iou_cal", "prior_occupancy_iou_cal", "drivable_iou_cal", "lane_iou_cal")
     lines = ["| kind | frames | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
 
-    def fmt(v):
-        return "n/a" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{v:.3f}"
+    fmt = fmt_number
 
     for kind, row in [*m.get("by_kind", {}).items(), ("all", m["all"])]:
         lines.append(f"| {kind} | {row['frames']} | " + " | ".join(fmt(row.get(c)) for c in cols) + " |")
@@ -220,12 +225,12 @@ def metrics_table(m: Mapping[str, Any]) -> str:
     if v:
 
         def parts(d: Mapping[str, Mapping]) -> str:
-            return "; ".join(f"{k} {fmt(p['error'])} m/s ({p['share']:.0%} of cells)" for k, p in d.items())
+            return "; ".join(f"{k} {fmt(p['error'])} m/s ({fmt(p['share'], '.0%')} of cells)" for k, p in d.items())
 
         lines += [
             "",
             f"Velocity error (all kinds) in cells marked occupied (at {v['threshold']:.2f}): "
-            f"{fmt(v['detected']['error'])} m/s ({v['detected']['share']:.0%} of the occupied cells), missed: "
+            f"{fmt(v['detected']['error'])} m/s ({fmt(v['detected']['share'], '.0%')} of the occupied cells), missed: "
             f"{fmt(v['missed']['error'])} m/s. By the agent's speed: {parts(v['by_speed'])}. By the distance "
             f"ahead: {parts(v['by_ahead'])}.",
         ]

@@ -18,7 +18,7 @@ from learner.perception.checkpoint import restore_checkpoint, write_checkpoint
 from learner.perception.heads import PerceptionNet
 from learner.perception.labels import LABEL_KEYS
 from learner.perception.loss import perception_loss, positive_weights
-from learner.perception.metrics import evaluate_perception
+from learner.perception.metrics import evaluate_perception, fmt_number
 from policy.network import PolicyConfig
 from sim.seeding import derive_seed
 from store import RunStore
@@ -187,10 +187,11 @@ def run_stage(
             )
         v = result.metrics.get("velocity")
         if v:
-            fastest = next(reversed(v["by_speed"]))  # the top speed bin, ">= 10 m/s"
+            top = next(reversed(v["by_speed"]))  # the top speed bin, ">= 10 m/s"
+            det, miss, fast = v["detected"], v["missed"], v["by_speed"][top]
             say(
-                f"velocity error {v['detected']['error']:.2f} m/s in the occupied cells it marks "
-                f"({v['detected']['share']:.0%} of them), {v['missed']['error']:.2f} in those it misses; "
-                f"agents at {fastest} {v['by_speed'][fastest]['error']:.2f} ({v['by_speed'][fastest]['share']:.0%})"
+                f"velocity error {fmt_number(det['error'], '.2f')} m/s in the occupied cells it marks "
+                f"({fmt_number(det['share'], '.0%')} of them), {fmt_number(miss['error'], '.2f')} in those it misses; "
+                f"agents at {top} {fmt_number(fast['error'], '.2f')} ({fmt_number(fast['share'], '.0%')})"
             )
     return result, info

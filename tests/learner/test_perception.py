@@ -245,6 +245,15 @@ def test_velocity_error_split_by_detection_speed_and_distance_by_hand():
     row = {"frames": 1, "velocity_error": 10 / 3}
     text = metrics_table({"all": row, "velocity": v})
     assert "in cells marked occupied (at 0.50): 4.000 m/s (67% of the occupied cells), missed: 2.000 m/s" in text
+    # no occupied cell: every part is empty (nan), and so is what a stored run gives back (JSON turns nan into
+    # null): both read "n/a"
+    empty = velocity_breakdown(pred, {**labels, "occupancy": np.zeros_like(occ)}, np.ones((G, G), bool), x_m)
+    assert empty["detected"]["cells"] == 0 and math.isnan(empty["detected"]["error"])
+    stored = json.loads(json.dumps(empty).replace("NaN", "null"))
+    for v_ in (empty, stored):
+        assert "(at 0.50): n/a m/s (n/a of the occupied cells), missed: n/a m/s" in metrics_table(
+            {"all": row, "velocity": v_}
+        )
 
 
 def test_thresholds_chosen_by_iou():
