@@ -18,3 +18,5 @@ for seed in $SEEDS; do
 done
 $PY -m learner.train stage=perception run=deep-wide-vel seed=0 store=$STORE "${DEEP[@]}" "${WIDE[@]}" \
   perception.velocity_weight=0.5 perception.lr_final_fraction=0.1
+$PY -m learner.train stage=perception run=deep-wide-gap05 seed=0 store=$STORE policy.lift_backbone=deep "${WIDE[@]}" \
+  env.camera_history=5 policy.lift_align_s=0.5  # 0.5 s between the frames: its own frame cache (~7 min, ~3 GB)
