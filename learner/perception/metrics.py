@@ -54,6 +54,13 @@ BINARY_MAPS = {"occupancy": 0, "drivable": 3, "lane": 4}  # name -> channel of t
 THRESHOLD_GRID = tuple(round(0.05 * i, 2) for i in range(1, 20))  # 0.05, 0.10, ..., 0.95
 
 
+def velocity_errors(pred: np.ndarray, labels: Mapping[str, np.ndarray], visible: np.ndarray):
+    """(err [N, G, G] |v - v*| m/s (vector norm) in every cell, occupied [N, G, G] the truly occupied visible
+    cells): the velocity error is err's mean over occupied."""
+    occupied = labels["occupancy"].astype(bool) & np.broadcast_to(visible, labels["occupancy"].shape)
+    return np.linalg.norm(pred[:, 1:3] - labels["velocity"], axis=1), occupied
+
+
 def perception_metrics(
     pred: np.ndarray,
     labels: Mapping[str, np.ndarray],
@@ -64,12 +71,11 @@ def perception_metrics(
     thresholded at ``thresholds[name]`` (default 0.5); velocity error: mean |v - v*| (vector norm, m/s)
     over truly occupied visible cells."""
     vis = np.broadcast_to(visible, labels["occupancy"].shape)
-    occ_true = labels["occupancy"].astype(bool) & vis
     out: dict[str, Any] = dict(frames=len(pred))
     for name, ch in BINARY_MAPS.items():
         t = 0.5 if thresholds is None else float(thresholds.get(name, 0.5))
         out[f"{name}_iou"] = _iou((pred[:, ch] > t) & vis, labels[name].astype(bool) & vis)
-    err = np.linalg.norm(pred[:, 1:3] - labels["velocity"], axis=1)  # [N, G, G]
+    err, occ_true = velocity_errors(pred, labels, visible)
     out["velocity_error"] = float(err[occ_true].mean()) if occ_true.any() else math.nan
     out["occupied_cells"] = int(occ_true.sum())
     return out
@@ -95,9 +101,7 @@ def velocity_breakdown(
     true speed, SPEED_EDGES_MPS) and ``by_ahead`` (the cell centre's x, ``x_m`` [G] per row, AHEAD_EDGES_M).
     Each part: its cells, their share of the occupied cells, its mean error (nan when empty) and its share
     of the summed error."""
-    vis = np.broadcast_to(visible, labels["occupancy"].shape)
-    occ = labels["occupancy"].astype(bool) & vis
-    err = np.linalg.norm(pred[:, 1:3] - labels["velocity"], axis=1)
+    err, occ = velocity_errors(pred, labels, visible)
     n_all, total = int(occ.sum()), float(err[occ].sum())
 
     def part(mask: np.ndarray) -> dict:
