@@ -208,6 +208,12 @@ class PerceptionConfig:
         "the threshold 0.5 (the *_iou_cal metrics use thresholds chosen on training frames instead)",
     )
     lr_final_fraction: float = field(1.0, help="linear decay of the learning rate to lr * this by the last epoch")
+    val_curve: bool = field(
+        True,
+        help="score eval.suite's frames after every epoch, not only the last: the val curve (the log line, val_* in "
+        "each epoch's history row, metrics.jsonl / TensorBoard perception/epoch/*) to choose epochs on; each point "
+        "costs a forward pass over the val frames and the calibration frames, and changes nothing that is trained",
+    )
     cache_mb: float = field(4096.0, help="size cap of each frame cache (train, val) in MB: fewer frames beyond it")
     shard_frames: int = field(128, help="frames per cache shard (.npz, sha256-checked)")
     freeze: bool = field(True, help="stages il and rl keep the image encoder that stage perception trained frozen")

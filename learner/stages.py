@@ -156,10 +156,15 @@ class Stages:
         rs = self.store.run(perception_run_name(self.name, cfg.perception.run))
         lease = rs.acquire(lease_owner())  # its own lease (pruning old epochs needs one), kept fresh with ours
         self.side_leases.append(lease)
+
+        def curve(epoch: int, row: dict) -> None:  # training loss and val point of each epoch, step = epoch
+            self.tracker.log(epoch, {f"perception/epoch/{k}": v for k, v in row.items()})
+
         try:
             result, info = run_stage(
                 cfg.perception, cfg.policy, cfg.env, cfg.suite, cfg.eval.suite, seed=cfg.seed, run_store=rs,
                 progress=self.tracker.progress,
+                on_epoch=curve,
             )  # fmt: skip
         finally:
             self.side_leases.remove(lease)

@@ -64,8 +64,10 @@ def train_perception(
 ) -> PerceptionResult:
     """Train the encoder and heads for ``cfg.epochs`` epochs on ``train`` (minibatches of
     ``cfg.batch_size``, shuffled by a generator seeded with ``derive_seed(seed, epoch)``); evaluate on ``val`` at the
-    end. With ``run_store``, a checkpoint after every epoch, and a resume from its newest one (a stage
-    already finished is loaded, not trained again)."""
+    end, and with ``cfg.val_curve`` after every epoch too (``val_*`` in its history row: the curve to choose
+    ``epochs`` on; scoring never changes what is trained). ``on_epoch(epoch, row)`` after each epoch. With
+    ``run_store``, a checkpoint after every epoch, and a resume from its newest one (a stage already finished is
+    loaded, not trained again)."""
     say = progress or (lambda msg: log.info("%s", msg))
     torch.manual_seed(seed)
     net = build_net(train, policy_cfg, cfg)
@@ -115,14 +117,17 @@ def train_perception(
         fps = seen / max(busy, 1e-9)
         row = {"epoch": epoch + 1, "seconds": dt, "frames_per_s": n / max(dt, 1e-9)}
         row.update({k: v / max(steps, 1) for k, v in sums.items()})
+        done = epoch + 1 == cfg.epochs
+        metrics = evaluate_perception(net, val, train) if (val is not None and (done or cfg.val_curve)) else {}
+        row.update(val_point(metrics))
         history.append(row)
         say(
             f"perception epoch {epoch + 1}/{cfg.epochs} | loss {row['loss']:.3f} (occupancy {row['occupancy']:.3f}, "
             f"drivable {row['drivable']:.3f}, lane {row['lane']:.3f}, velocity {row['velocity']:.2f} m/s) | "
-            f"{row['frames_per_s']:.0f} frames/s"
+            f"{row['frames_per_s']:.0f} frames/s{val_words(row)}"
         )
-        done = epoch + 1 == cfg.epochs
-        metrics = evaluate_perception(net, val, train) if (done and val is not None) else {}
+        if not done:
+            metrics = {}  # the checkpoint's metrics are the finished stage's; the curve is in its history
         if on_epoch:
             on_epoch(epoch + 1, row)
         if run_store is not None:
@@ -131,6 +136,26 @@ def train_perception(
             return PerceptionResult(net.encoder_weights(), metrics, history, fps, epoch + 1)
     metrics = evaluate_perception(net, val, train) if val is not None else {}
     return PerceptionResult(net.encoder_weights(), metrics, history, fps, cfg.epochs)
+
+
+VAL_POINT = ("occupancy_iou", "occupancy_iou_cal", "velocity_error", "drivable_iou", "lane_iou")
+
+
+def val_point(metrics: Mapping[str, Any]) -> dict[str, float]:
+    """One point of the val curve: ``val_<metric>`` for the headline metrics of ``evaluate_perception``'s output
+    (empty when val was not scored)."""
+    m = metrics.get("all") or {}
+    return {f"val_{k}": float(m[k]) for k in VAL_POINT if k in m}
+
+
+def val_words(row: Mapping[str, Any]) -> str:
+    """The val point of an epoch's row for its log line ('' when the epoch was not scored on val)."""
+    if "val_velocity_error" not in row:
+        return ""
+    cal = row.get("val_occupancy_iou_cal")
+    occ = fmt_number(row.get("val_occupancy_iou"), ".3f")
+    occ += f" (calibrated {fmt_number(cal, '.3f')})" if cal is not None else ""
+    return f" | val: occupancy IoU {occ}, velocity error {fmt_number(row['val_velocity_error'], '.2f')} m/s"
 
 
 def run_stage(
@@ -143,6 +168,7 @@ def run_stage(
     seed: int = 0,
     run_store: RunStore | None = None,
     progress: Callable[[str], None] | None = None,
+    on_epoch: Callable[[int, dict], None] | None = None,
 ) -> tuple[PerceptionResult, dict]:
     """The whole stage: both frame caches (built or loaded), training (or its finished checkpoint),
     metrics. Returns (result, info) with info: frames, cache folders and sizes, render frames/s."""
@@ -169,7 +195,9 @@ def run_stage(
         f"perception frames: {len(train)} train, {len(val)} val ({info['cache_mb']} MB; "
         f"{rendered} rendered in {t2 - t0:.0f} s, train {t1 - t0:.0f} s)"
     )
-    result = train_perception(cfg, policy_cfg, train, val, seed=seed, run_store=run_store, progress=say)
+    result = train_perception(
+        cfg, policy_cfg, train, val, seed=seed, run_store=run_store, progress=say, on_epoch=on_epoch
+    )
     m = result.metrics.get("all") if result.metrics else None
     if m:
         say(

@@ -26,6 +26,7 @@ from learner.perception import (
     visible_cells,
     with_encoder,
 )
+from learner.perception.stage import val_words
 from policy.network import ActorCritic, PolicyConfig, example_observation_space, policy_changes
 from scenarios import save
 from scenarios.actions import ActionSpec
@@ -347,6 +348,30 @@ def test_training_learns_checkpoints_and_resumes(tmp_path, suite):
     with pytest.raises(ConfigError, match=r"another encoder \(policy.cnn_channels: \[8, 16\] -> \[4, 16\]\)"):
         train_perception(cfg4, other, frames, frames, seed=1, run_store=rs)
     assert rs.latest() == latest
+
+
+def test_the_val_curve_scores_every_epoch_and_changes_nothing_trained(tmp_path, suite):
+    """With ``val_curve`` every epoch's row holds its val point, the last one the stage's own metrics; without it
+    only the last epoch is scored. Scoring in between trains exactly the same encoder."""
+    torch.set_num_threads(1)
+    frames = FrameCache.build(str(suite), ENV, CFG, 1, name="train", root=tmp_path)
+    cfg3 = PerceptionConfig(**{**CFG.__dict__, "epochs": 3})
+    rows: list = []
+    curve = train_perception(cfg3, SMALL, frames, frames, seed=2, on_epoch=lambda e, row: rows.append((e, row)))
+    plain = train_perception(dataclasses.replace(cfg3, val_curve=False), SMALL, frames, frames, seed=2)
+    assert [e for e, _ in rows] == [1, 2, 3] and [r for _, r in rows] == curve.history
+    keys = {f"val_{k}" for k in ("occupancy_iou", "occupancy_iou_cal", "velocity_error", "drivable_iou", "lane_iou")}
+    assert all(keys <= set(r) for r in curve.history)
+    last = curve.metrics["all"]
+    assert curve.history[-1]["val_velocity_error"] == last["velocity_error"]
+    assert curve.history[-1]["val_occupancy_iou_cal"] == last["occupancy_iou_cal"]
+    assert [keys & set(r) for r in plain.history] == [set(), set(), keys]
+    for a, b in zip(curve.history, plain.history):
+        assert a["loss"] == b["loss"]
+    for k, v in plain.encoder.items():
+        assert torch.equal(curve.encoder[k], v)
+    assert val_words(curve.history[0]).startswith(" | val: occupancy IoU ") and val_words(plain.history[0]) == ""
+    assert "n/a" in val_words({"val_velocity_error": None, "val_occupancy_iou": 0.25})
 
 
 def test_a_perception_checkpoint_from_before_lift_backbone_means_the_small_cnn():
