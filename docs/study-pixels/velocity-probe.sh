@@ -20,3 +20,10 @@ $PY -m learner.train stage=perception run=deep-wide-vel seed=0 store=$STORE "${D
   perception.velocity_weight=0.5 perception.lr_final_fraction=0.1
 $PY -m learner.train stage=perception run=deep-wide-gap05 seed=0 store=$STORE policy.lift_backbone=deep "${WIDE[@]}" \
   env.camera_history=5 policy.lift_align_s=0.5  # 0.5 s between the frames: its own frame cache (~7 min, ~3 GB)
+# Longer training (README, "Longer training, and the val curve"): each seed's deep-wide perception run resumed for
+# more epochs (the same as a fresh run that long: constant learning rate, shuffles seeded by seed and epoch); every
+# epoch is scored on val (perception.val_curve), so one 32-epoch run gives the whole curve. 85-140 s an epoch (load ~2).
+for seed in $SEEDS; do
+  $PY -m learner.train stage=perception run=deep-wide-32-s$seed seed=$seed store=$STORE "${DEEP[@]}" "${WIDE[@]}" \
+    perception.run=deep-wide-s$seed-perception perception.epochs=32
+done
