@@ -23,7 +23,14 @@ from learner import dagger
 from learner.config import TrainConfig
 from learner.group import LearnerGroup
 from learner.learner import DemoParts, Demos, ImitationData
-from learner.perception import lease_owner, metrics_table, perception_run_name, run_stage, with_encoder
+from learner.perception import (
+    lease_owner,
+    metrics_table,
+    perception_run_name,
+    plot_curve,
+    run_stage,
+    with_encoder,
+)
 from learner.tracking import Tracker
 from policy.network import ActorCritic
 from rollout.episodes import Extra, run_episodes
@@ -184,6 +191,7 @@ class Stages:
             self.tracker.log(0, row)
             table = metrics_table(result.metrics)
             (self.folder / "perception.md").write_text(f"# Stage perception on {cfg.eval.suite}\n\n{table}\n")
+        plot_curve(result.history, self.folder / "perception-curve.png")  # the val curve, epoch by epoch
         state.stage = "il" if "il" in cfg.stages else "done"
         self.checkpoint(state, "end of stage perception")
 

@@ -51,6 +51,7 @@ from learner.perception.metrics import (
     evaluate_perception,
     metrics_table,
     perception_metrics,
+    plot_curve,
     predict,
     velocity_breakdown,
 )
@@ -78,6 +79,7 @@ __all__ = [
     "perception_loss",
     "perception_metrics",
     "perception_run_name",
+    "plot_curve",
     "predict",
     "run_stage",
     "train_perception",

@@ -18,8 +18,9 @@ by how far ahead the cell is, each part with its share of the cells and of the s
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from itertools import pairwise
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -204,6 +205,42 @@ def fmt_number(v: Any, spec: str = ".3f") -> str:
     """``v`` formatted with ``spec``, or "n/a" when it is missing or not finite (a NaN stored in JSON comes back
     as None)."""
     return "n/a" if v is None or (isinstance(v, float) and not math.isfinite(v)) else format(v, spec)
+
+
+def plot_curve(history: Sequence[Mapping[str, Any]], path: Path) -> Path | None:
+    """The stage's curves over epochs as a PNG at ``path``: the training velocity loss beside the val velocity
+    error, and the val occupancy IoU at 0.5 and calibrated. None (nothing written) when fewer than two epochs
+    carry a val point (``perception.val_curve`` off) or matplotlib (the viz extra) is not installed."""
+    rows = [h for h in history if h.get("val_velocity_error") is not None]
+    if len(rows) < 2:
+        return None
+    try:
+        import matplotlib  # here, not at the top: optional (the viz extra), and only the picture needs it
+    except ImportError:
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def series(key: str, of: Sequence[Mapping[str, Any]]) -> tuple[list, list]:
+        pts = [(h["epoch"], h[key]) for h in of if h.get(key) is not None]
+        return [e for e, _ in pts], [v for _, v in pts]
+
+    fig, (vel, occ) = plt.subplots(1, 2, figsize=(9, 3.2))
+    vel.plot(*series("velocity", history), ".-", label="train: velocity loss (L1 of both components)")
+    vel.plot(*series("val_velocity_error", rows), ".-", label="val: velocity error (vector)")
+    vel.set_title("velocity (m/s)")
+    occ.plot(*series("val_occupancy_iou", rows), ".-", label="val: at 0.5")
+    occ.plot(*series("val_occupancy_iou_cal", rows), ".-", label="val: calibrated on train frames")
+    occ.set_title("occupancy IoU")
+    for ax in (vel, occ):
+        ax.set_xlabel("epoch")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
 
 
 def metrics_table(m: Mapping[str, Any]) -> str:

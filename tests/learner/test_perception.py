@@ -22,6 +22,7 @@ from learner.perception import (
     bev_labels,
     frame_plan,
     perception_metrics,
+    plot_curve,
     train_perception,
     visible_cells,
     with_encoder,
@@ -372,6 +373,8 @@ def test_the_val_curve_scores_every_epoch_and_changes_nothing_trained(tmp_path, 
         assert torch.equal(curve.encoder[k], v)
     assert val_words(curve.history[0]).startswith(" | val: occupancy IoU ") and val_words(plain.history[0]) == ""
     assert "n/a" in val_words({"val_velocity_error": None, "val_occupancy_iou": 0.25})
+    assert plot_curve(curve.history, tmp_path / "c" / "curve.png").read_bytes().startswith(b"\x89PNG")
+    assert plot_curve(plain.history, tmp_path / "plain.png") is None and not (tmp_path / "plain.png").exists()
 
 
 def test_a_perception_checkpoint_from_before_lift_backbone_means_the_small_cnn():
@@ -466,6 +469,10 @@ def test_three_stages_in_one_run_with_perception_frozen(tmp_path, suite, monkeyp
     assert not torch.equal(first["trunk.1.weight"], il["trunk.1.weight"])
     assert not torch.equal(il["trunk.1.weight"], final["trunk.1.weight"])
     assert (tmp_path / "out" / "three" / "perception.md").is_file()
+    assert (tmp_path / "out" / "three" / "perception-curve.png").read_bytes().startswith(b"\x89PNG")
+    curve_rows = [json.loads(line) for line in (tmp_path / "out" / "three" / "metrics.jsonl").read_text().splitlines()]
+    curve_rows = [r for r in curve_rows if "perception/epoch/val_velocity_error" in r]
+    assert [r["step"] for r in curve_rows] == [1, 2]  # one point an epoch in metrics.jsonl, step = epoch
     summary = json.loads((tmp_path / "out" / "three" / "summary.json").read_text())
     assert summary["perception"]["metrics"]["all"]["frames"] == 4
     # a rerun: nothing is trained again, perception's metrics are read back from its run
