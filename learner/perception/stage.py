@@ -126,12 +126,11 @@ def train_perception(
             f"drivable {row['drivable']:.3f}, lane {row['lane']:.3f}, velocity {row['velocity']:.2f} m/s) | "
             f"{row['frames_per_s']:.0f} frames/s{val_words(row)}"
         )
-        if not done:
-            metrics = {}  # the checkpoint's metrics are the finished stage's; the curve is in its history
         if on_epoch:
             on_epoch(epoch + 1, row)
-        if run_store is not None:
-            write_checkpoint(run_store, net, opt, epoch + 1, history, metrics, done, fps, cfg, policy_cfg, train)
+        if run_store is not None:  # its metrics are the finished stage's; an earlier epoch's point is in history
+            final = metrics if done else {}
+            write_checkpoint(run_store, net, opt, epoch + 1, history, final, done, fps, cfg, policy_cfg, train)
         if done:
             return PerceptionResult(net.encoder_weights(), metrics, history, fps, epoch + 1)
     metrics = evaluate_perception(net, val, train) if val is not None else {}
