@@ -251,10 +251,8 @@ def metrics_table(m: Mapping[str, Any]) -> str:
         cols = (*cols, "occupancy_iou_cal", "prior_occupancy_iou_cal", "drivable_iou_cal", "lane_iou_cal")
     lines = ["| kind | frames | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
 
-    fmt = fmt_number
-
     for kind, row in [*m.get("by_kind", {}).items(), ("all", m["all"])]:
-        lines.append(f"| {kind} | {row['frames']} | " + " | ".join(fmt(row.get(c)) for c in cols) + " |")
+        lines.append(f"| {kind} | {row['frames']} | " + " | ".join(fmt_number(row.get(c)) for c in cols) + " |")
     if m.get("thresholds"):
         chosen = ", ".join(f"{k} {v:.2f}" for k, v in m["thresholds"].items())
         prior = ", ".join(f"{k} {v:.2f}" for k, v in (m.get("prior_thresholds") or {}).items())
@@ -266,13 +264,16 @@ def metrics_table(m: Mapping[str, Any]) -> str:
     if v:
 
         def parts(d: Mapping[str, Mapping]) -> str:
-            return "; ".join(f"{k} {fmt(p['error'])} m/s ({fmt(p['share'], '.0%')} of cells)" for k, p in d.items())
+            return "; ".join(
+                f"{k} {fmt_number(p['error'])} m/s ({fmt_number(p['share'], '.0%')} of cells)" for k, p in d.items()
+            )
 
         lines += [
             "",
             f"Velocity error (all kinds) in cells marked occupied (at {v['threshold']:.2f}): "
-            f"{fmt(v['detected']['error'])} m/s ({fmt(v['detected']['share'], '.0%')} of the occupied cells), missed: "
-            f"{fmt(v['missed']['error'])} m/s. By the agent's speed: {parts(v['by_speed'])}. By the distance "
+            f"{fmt_number(v['detected']['error'])} m/s ({fmt_number(v['detected']['share'], '.0%')} of the occupied "
+            "cells), missed: "
+            f"{fmt_number(v['missed']['error'])} m/s. By the agent's speed: {parts(v['by_speed'])}. By the distance "
             f"ahead: {parts(v['by_ahead'])}.",
         ]
     return "\n".join(lines)
